@@ -1,0 +1,303 @@
+//! Request fingerprints: SHA-256 over a canonical JSON encoding of
+//! `[FINGERPRINT_VERSION, operation id, validated payload]`.
+//!
+//! # The canonical form (version 1)
+//! A browser, a Worker and the server compute this, so it is specified
+//! exactly. The payload is first converted to a JSON value (from the typed,
+//! validated payload through `serde`, or parsed from JSON text), then written
+//! with no whitespace at all:
+//! - `null`, `true`, `false` as such;
+//! - integers that fit `i64`/`u64` in plain decimal (`-12`, `2`); any other
+//!   number as the shortest decimal that reads back to the same `f64`
+//!   (the `ryu` algorithm, as `serde_json` prints it: `2.5`, `1e+20` is `1e20`,
+//!   `2.0` stays `2.0`);
+//! - strings in double quotes; `"` and `\` escaped with a backslash; U+0008,
+//!   U+000C, U+000A, U+000D and U+0009 as `\b \f \n \r \t`; other characters
+//!   below U+0020 as `\u00XX` with lowercase hex; every other character,
+//!   non-ASCII included, as its raw UTF-8 bytes;
+//! - arrays as `[a,b]` in order;
+//! - objects as `{"k":v}` with members sorted by the UTF-8 bytes of their
+//!   names (ascending; equal to Unicode code point order); a name repeated in
+//!   JSON text keeps its last value.
+//!
+//! The hash input for operation `POST /orders:v1` and payload
+//! `{"sku":"LIBRO-TS","quantity":2}` is therefore the 46 bytes
+//! `[1,"POST /orders:v1",{"quantity":2,"sku":"LIBRO-TS"}]`.
+//!
+//! The fingerprint compares content; it does not authenticate anyone.
+
+use std::fmt;
+use std::io;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::operation::OperationId;
+
+/// Version of the canonical form; the first element of the hashed array.
+pub const FINGERPRINT_VERSION: u32 = 1;
+
+/// A SHA-256 fingerprint of a validated request; shown as 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fingerprint([u8; 32]);
+
+/// Why a fingerprint could not be computed or read.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum FingerprintError {
+    /// The payload text is not JSON.
+    #[error("the payload is not valid JSON: {0}")]
+    InvalidJson(String),
+    /// The payload could not be represented as JSON (e.g. a map with
+    /// non-string keys).
+    #[error("the payload cannot be represented as JSON: {0}")]
+    Unrepresentable(String),
+    /// A hex string that is not 64 hex digits.
+    #[error("a fingerprint is 64 hexadecimal digits")]
+    InvalidHex,
+}
+
+impl Fingerprint {
+    /// Fingerprints a typed, validated payload.
+    ///
+    /// ```
+    /// use idemkey_core::{Fingerprint, OperationId};
+    /// # #[derive(serde::Serialize)] struct Order { sku: &'static str, quantity: u8 }
+    /// let op = OperationId::from_static("POST /orders:v1");
+    /// let a = Fingerprint::of(&op, &Order { sku: "LIBRO-TS", quantity: 2 }).unwrap();
+    /// let b = Fingerprint::of_json(&op, r#"{"quantity": 2, "sku": "LIBRO-TS"}"#).unwrap();
+    /// assert_eq!(a, b);
+    /// ```
+    pub fn of<T: Serialize + ?Sized>(
+        operation: &OperationId,
+        payload: &T,
+    ) -> Result<Self, FingerprintError> {
+        let value = serde_json::to_value(payload)
+            .map_err(|e| FingerprintError::Unrepresentable(e.to_string()))?;
+        Ok(Self::of_value(operation, &value))
+    }
+
+    /// Fingerprints a payload given as JSON text (what a browser holds).
+    pub fn of_json(operation: &OperationId, payload_json: &str) -> Result<Self, FingerprintError> {
+        let value: Value = serde_json::from_str(payload_json)
+            .map_err(|e| FingerprintError::InvalidJson(e.to_string()))?;
+        Ok(Self::of_value(operation, &value))
+    }
+
+    /// Fingerprints a payload already held as a JSON value.
+    pub fn of_value(operation: &OperationId, payload: &Value) -> Self {
+        let mut sink = HashSink(Sha256::new());
+        sink.put(b"[");
+        sink.put(FINGERPRINT_VERSION.to_string().as_bytes());
+        sink.put(b",");
+        write_string(&mut sink, operation.as_str());
+        sink.put(b",");
+        write_canonical(&mut sink, payload);
+        sink.put(b"]");
+        Self(sink.0.finalize().into())
+    }
+
+    /// The raw 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// From raw bytes (as stored).
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// 64 lowercase hex digits.
+    pub fn to_hex(&self) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = String::with_capacity(64);
+        for b in self.0 {
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0x0f)] as char);
+        }
+        out
+    }
+
+    /// Reads 64 hex digits (either case).
+    pub fn from_hex(hex: &str) -> Result<Self, FingerprintError> {
+        let bytes = hex.as_bytes();
+        if bytes.len() != 64 {
+            return Err(FingerprintError::InvalidHex);
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in bytes.chunks_exact(2).enumerate() {
+            let hi = hex_val(pair[0]).ok_or(FingerprintError::InvalidHex)?;
+            let lo = hex_val(pair[1]).ok_or(FingerprintError::InvalidHex)?;
+            out[i] = (hi << 4) | lo;
+        }
+        Ok(Self(out))
+    }
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// The canonical bytes of `value` (see the module docs); what
+/// [`Fingerprint::of_value`] hashes for the payload part.
+pub fn canonical_json(value: &Value) -> Vec<u8> {
+    let mut sink = VecSink(Vec::new());
+    write_canonical(&mut sink, value);
+    sink.0
+}
+
+trait Sink: io::Write {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+struct HashSink(Sha256);
+struct VecSink(Vec<u8>);
+
+impl io::Write for HashSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink for HashSink {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+impl io::Write for VecSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink for VecSink {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+}
+
+fn write_string<S: Sink>(sink: &mut S, s: &str) {
+    // Writing into our in-memory sinks never fails.
+    let _ = serde_json::to_writer(&mut *sink, s);
+}
+
+fn write_canonical<S: Sink>(sink: &mut S, value: &Value) {
+    match value {
+        Value::Null => sink.put(b"null"),
+        Value::Bool(true) => sink.put(b"true"),
+        Value::Bool(false) => sink.put(b"false"),
+        Value::Number(n) => sink.put(n.to_string().as_bytes()),
+        Value::String(s) => write_string(sink, s),
+        Value::Array(items) => {
+            sink.put(b"[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    sink.put(b",");
+                }
+                write_canonical(sink, item);
+            }
+            sink.put(b"]");
+        }
+        Value::Object(members) => {
+            // Sorted here, not by relying on serde_json's map type: another
+            // crate enabling `preserve_order` would silently change it.
+            let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
+            sorted.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            sink.put(b"{");
+            for (i, (name, item)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    sink.put(b",");
+                }
+                write_string(sink, name);
+                sink.put(b":");
+                write_canonical(sink, item);
+            }
+            sink.put(b"}");
+        }
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({})", self.to_hex())
+    }
+}
+
+impl FromStr for Fingerprint {
+    type Err = FingerprintError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::from_hex(s)
+    }
+}
+
+impl Serialize for Fingerprint {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for Fingerprint {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        Self::from_hex(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OP: OperationId = OperationId::from_static("POST /orders:v1");
+
+    #[test]
+    fn documented_example_hashes_the_documented_bytes() {
+        let value: Value = serde_json::from_str(r#"{"sku":"LIBRO-TS","quantity":2}"#).unwrap();
+        let expected = Sha256::digest(br#"[1,"POST /orders:v1",{"quantity":2,"sku":"LIBRO-TS"}]"#);
+        assert_eq!(
+            Fingerprint::of_value(&OP, &value).as_bytes()[..],
+            expected[..]
+        );
+    }
+
+    #[test]
+    fn canonical_form_escapes_and_sorts() {
+        let value: Value =
+            serde_json::from_str(r#"{ "b": [1, 2.5, "x\u0001\n\"é"], "a": null, "É": true }"#)
+                .unwrap();
+        assert_eq!(
+            String::from_utf8(canonical_json(&value)).unwrap(),
+            "{\"a\":null,\"b\":[1,2.5,\"x\\u0001\\n\\\"é\"],\"É\":true}"
+        );
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let fp = Fingerprint::of_json(&OP, "{}").unwrap();
+        assert_eq!(Fingerprint::from_hex(&fp.to_hex()), Ok(fp));
+        assert_eq!(Fingerprint::from_hex(&fp.to_hex().to_uppercase()), Ok(fp));
+        assert!(Fingerprint::from_hex("zz").is_err());
+    }
+}

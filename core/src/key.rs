@@ -1,0 +1,328 @@
+//! The `Idempotency-Key` request header: parsing under a [`KeyProfile`] and
+//! the field value a client should send.
+//!
+//! draft-ietf-httpapi-idempotency-key-header, section 2.1: "Idempotency-Key
+//! is an Item Structured Header Field [RFC 9651]. Its value MUST be a String."
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::problem::{Problem, ProblemCode};
+
+/// Longest key accepted, in characters after unquoting.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// How strictly a key's field value is read. Chosen per operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyProfile {
+    /// Only an RFC 9651 sf-string: `"abc-123"` (parameters parsed and ignored).
+    Strict,
+    /// Strict, or a bare value of visible ASCII with no spaces, commas,
+    /// semicolons or quotes (`abc-123`), as many existing clients send it.
+    /// Both spellings of the same characters are the same key.
+    #[default]
+    Lenient,
+    /// A hyphenated UUID, quoted or bare, in any letter case; compared in
+    /// canonical lowercase (the article's profile).
+    Uuid,
+}
+
+impl KeyProfile {
+    /// Every profile.
+    pub const ALL: [KeyProfile; 3] = [Self::Strict, Self::Lenient, Self::Uuid];
+
+    /// `strict`, `lenient` or `uuid`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Strict => "strict",
+            Self::Lenient => "lenient",
+            Self::Uuid => "uuid",
+        }
+    }
+}
+
+impl fmt::Display for KeyProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown profile name.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("unknown key profile {0:?}: expected strict, lenient or uuid")]
+pub struct UnknownProfile(pub String);
+
+impl FromStr for KeyProfile {
+    type Err = UnknownProfile;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownProfile(s.to_owned()))
+    }
+}
+
+/// Why an `Idempotency-Key` field was refused. Each variant has a stable
+/// [`reason`](KeyError::reason) and maps to one [`ProblemCode`].
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// No `Idempotency-Key` field line at all.
+    #[error("This operation requires an Idempotency-Key header.")]
+    Missing,
+    /// More than one `Idempotency-Key` field line.
+    #[error("Send exactly one Idempotency-Key header.")]
+    Repeated,
+    /// The value is empty after unquoting.
+    #[error("The Idempotency-Key must not be empty.")]
+    Empty,
+    /// Longer than [`MAX_KEY_LEN`].
+    #[error("The Idempotency-Key must be at most 255 characters.")]
+    TooLong,
+    /// Not a structured-field string (nor a bare value, under `lenient`).
+    #[error(
+        "The Idempotency-Key must be a structured-field string, e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."
+    )]
+    Syntax,
+    /// Not a UUID under the `uuid` profile.
+    #[error("The Idempotency-Key must be a UUID, e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\".")]
+    NotUuid,
+}
+
+impl KeyError {
+    /// Stable sub-code: `missing`, `repeated`, `empty`, `too-long`, `syntax`, `not-uuid`.
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Repeated => "repeated",
+            Self::Empty => "empty",
+            Self::TooLong => "too-long",
+            Self::Syntax => "syntax",
+            Self::NotUuid => "not-uuid",
+        }
+    }
+
+    /// The problem code this error is answered with.
+    pub const fn code(&self) -> ProblemCode {
+        match self {
+            Self::Missing => ProblemCode::IdempotencyKeyMissing,
+            _ => ProblemCode::IdempotencyKeyInvalid,
+        }
+    }
+
+    /// The problem document for this error.
+    pub fn to_problem(&self) -> Problem {
+        Problem::new(self.code(), self.to_string())
+    }
+}
+
+impl From<KeyError> for Problem {
+    fn from(err: KeyError) -> Self {
+        err.to_problem()
+    }
+}
+
+/// A validated idempotency key: 1 to 255 printable ASCII characters, already
+/// unquoted (and lowercased under the `uuid` profile).
+///
+/// Constructing one is the validation; there is no other way to get one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Parses one field line's value under `profile`.
+    ///
+    /// ```
+    /// use idemkey_core::{IdempotencyKey, KeyProfile};
+    /// let key = IdempotencyKey::parse(br#" "abc-123";v=1 "#, KeyProfile::Strict).unwrap();
+    /// assert_eq!(key.as_str(), "abc-123");
+    /// let bare = IdempotencyKey::parse(b"abc-123", KeyProfile::Lenient).unwrap();
+    /// assert_eq!(key, bare);
+    /// ```
+    pub fn parse(value: &[u8], profile: KeyProfile) -> Result<Self, KeyError> {
+        match profile {
+            KeyProfile::Strict => parse_sf_string(value).and_then(Self::checked),
+            KeyProfile::Lenient => parse_lenient(value).and_then(Self::checked),
+            KeyProfile::Uuid => {
+                let raw = parse_lenient(value)?;
+                if raw.is_empty() {
+                    return Err(KeyError::Empty);
+                }
+                // RFC 9562 section 4: the hyphenated 8-4-4-4-12 form only.
+                if raw.len() != 36 {
+                    return Err(KeyError::NotUuid);
+                }
+                let uuid = uuid::Uuid::try_parse(&raw).map_err(|_| KeyError::NotUuid)?;
+                Ok(Self(uuid.hyphenated().to_string()))
+            }
+        }
+    }
+
+    /// Parses all `Idempotency-Key` field lines of a request: none is
+    /// [`KeyError::Missing`], more than one is [`KeyError::Repeated`].
+    pub fn from_field_lines<'a, I>(lines: I, profile: KeyProfile) -> Result<Self, KeyError>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        let mut lines = lines.into_iter();
+        let first = lines.next().ok_or(KeyError::Missing)?;
+        if lines.next().is_some() {
+            return Err(KeyError::Repeated);
+        }
+        Self::parse(first, profile)
+    }
+
+    /// A new UUIDv4 key from 16 random bytes the caller drew from a CSPRNG
+    /// (the core has no randomness of its own).
+    pub fn from_random_bytes(bytes: [u8; 16]) -> Self {
+        Self(
+            uuid::Builder::from_random_bytes(bytes)
+                .into_uuid()
+                .hyphenated()
+                .to_string(),
+        )
+    }
+
+    /// The key's characters, unquoted.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The field value a client sends: always a quoted sf-string, e.g.
+    /// `"abc-123"` (RFC 9651, section 4.1.6).
+    pub fn to_header_value(&self) -> String {
+        let mut out = String::with_capacity(self.0.len() + 2);
+        out.push('"');
+        for ch in self.0.chars() {
+            if ch == '"' || ch == '\\' {
+                out.push('\\');
+            }
+            out.push(ch);
+        }
+        out.push('"');
+        out
+    }
+
+    fn checked(raw: String) -> Result<Self, KeyError> {
+        if raw.is_empty() {
+            Err(KeyError::Empty)
+        } else if raw.len() > MAX_KEY_LEN {
+            Err(KeyError::TooLong)
+        } else {
+            Ok(Self(raw))
+        }
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for IdempotencyKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// RFC 9651, section 4.2: "Parsers MUST ignore leading SP characters and
+/// trailing SP characters"; HTTP (RFC 9110, section 5.5) already strips OWS.
+fn trim_ows(value: &[u8]) -> &[u8] {
+    let start = value
+        .iter()
+        .position(|b| *b != b' ' && *b != b'\t')
+        .unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|b| *b != b' ' && *b != b'\t')
+        .map_or(start, |i| i + 1);
+    &value[start..end]
+}
+
+/// An Item whose bare item is a String; parameters are parsed and ignored.
+fn parse_sf_string(value: &[u8]) -> Result<String, KeyError> {
+    let item: sfv::Item = sfv::Parser::new(trim_ows(value))
+        .parse()
+        .map_err(|_| KeyError::Syntax)?;
+    match item.bare_item {
+        sfv::BareItem::String(s) => Ok(s.as_str().to_owned()),
+        _ => Err(KeyError::Syntax),
+    }
+}
+
+/// Visible ASCII except `"`, `,` and `;` (which would make the value a
+/// list, a parameter or a quoted string).
+fn is_bare_key_byte(b: u8) -> bool {
+    matches!(b, 0x21..=0x7e) && !matches!(b, b'"' | b',' | b';')
+}
+
+fn parse_lenient(value: &[u8]) -> Result<String, KeyError> {
+    let trimmed = trim_ows(value);
+    if trimmed.first() == Some(&b'"') {
+        return parse_sf_string(trimmed);
+    }
+    if trimmed.iter().all(|b| is_bare_key_byte(*b)) {
+        // Every byte is ASCII, so this is valid UTF-8.
+        Ok(String::from_utf8_lossy(trimmed).into_owned())
+    } else {
+        Err(KeyError::Syntax)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn article_key_parses_in_every_profile() {
+        let v = br#""8e03978e-40d5-43e8-bc93-6894a57f9324""#;
+        for profile in KeyProfile::ALL {
+            let key = IdempotencyKey::parse(v, profile).unwrap();
+            assert_eq!(key.as_str(), "8e03978e-40d5-43e8-bc93-6894a57f9324");
+        }
+    }
+
+    #[test]
+    fn uuid_profile_lowercases() {
+        let key = IdempotencyKey::parse(b"8E03978E-40D5-43E8-BC93-6894A57F9324", KeyProfile::Uuid)
+            .unwrap();
+        assert_eq!(key.as_str(), "8e03978e-40d5-43e8-bc93-6894a57f9324");
+    }
+
+    #[test]
+    fn field_lines_count() {
+        let none: [&[u8]; 0] = [];
+        assert_eq!(
+            IdempotencyKey::from_field_lines(none, KeyProfile::Strict),
+            Err(KeyError::Missing)
+        );
+        let two: [&[u8]; 2] = [b"\"a\"", b"\"a\""];
+        assert_eq!(
+            IdempotencyKey::from_field_lines(two, KeyProfile::Strict),
+            Err(KeyError::Repeated)
+        );
+    }
+
+    #[test]
+    fn random_bytes_give_a_v4_uuid_that_parses_under_uuid_profile() {
+        let key = IdempotencyKey::from_random_bytes([0xab; 16]);
+        assert_eq!(key.as_str().len(), 36);
+        assert_eq!(&key.as_str()[14..15], "4");
+        let again =
+            IdempotencyKey::parse(key.to_header_value().as_bytes(), KeyProfile::Uuid).unwrap();
+        assert_eq!(again, key);
+    }
+
+    #[test]
+    fn escapes_round_trip() {
+        let key = IdempotencyKey::parse(br#""a\"b\\c""#, KeyProfile::Strict).unwrap();
+        assert_eq!(key.as_str(), r#"a"b\c"#);
+        assert_eq!(key.to_header_value(), r#""a\"b\\c""#);
+    }
+}

@@ -1,0 +1,67 @@
+//! # idemkey-core
+//!
+//! The pure core of idemkey, which makes HTTP POSTs safe to retry with the
+//! `Idempotency-Key` header. It parses keys (an RFC 9651 structured-field
+//! string, under a [`KeyProfile`]), computes canonical SHA-256
+//! [`Fingerprint`]s of validated payloads, decides what to do with a request
+//! given what the store holds ([`decide`]: execute, replay, 422, 409, 410),
+//! owns every RFC 9457 [`Problem`] the project sends, and the client
+//! [`RetryPolicy`]. It does no IO, no async, reads no clock and draws no
+//! random numbers: time ([`UnixMillis`]) and randomness are arguments. The
+//! server, the edge Worker and the browser package all call it, so they
+//! never disagree.
+//!
+//! ```
+//! use idemkey_core::{
+//!     decide, Decision, ExpiryPolicy, IdempotencyKey, KeyProfile, NewOrder, Stored, UnixMillis,
+//! };
+//!
+//! // A request arrives: parse its key and validate its body.
+//! let key = IdempotencyKey::parse(br#""8e03978e-40d5-43e8-bc93-6894a57f9324""#, KeyProfile::Uuid)?;
+//! let order = NewOrder::from_json(br#"{"sku":"LIBRO-TS","quantity":2}"#)?;
+//! let fingerprint = order.fingerprint();
+//!
+//! // The store has nothing for (account, operation, key): execute.
+//! let now = UnixMillis(1_700_000_000_000);
+//! assert_eq!(decide(Stored::Nothing, fingerprint, now, ExpiryPolicy::Reject), Decision::Execute);
+//!
+//! // The response was lost; the client retries with the same key and body: replay.
+//! let stored = Stored::Completed { fingerprint, replay_until: now.plus_millis(86_400_000) };
+//! assert_eq!(decide(stored, fingerprint, now.plus_millis(500), ExpiryPolicy::Reject), Decision::Replay);
+//!
+//! // Same key, another quantity: 422, and the original order is untouched.
+//! let other = NewOrder::from_json(br#"{"sku":"LIBRO-TS","quantity":3}"#)?.fingerprint();
+//! let decision = decide(stored, other, now, ExpiryPolicy::Reject);
+//! let problem = decision.problem(None).expect("a rejection");
+//! assert_eq!((problem.status(), problem.code().as_str()), (422, "idempotency-key-reused"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod decision;
+mod fingerprint;
+mod key;
+mod operation;
+mod order;
+mod problem;
+mod request;
+mod retry;
+
+pub use decision::{Decision, ExpiryPolicy, Stored, UnixMillis, decide, retry_after_secs};
+pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, canonical_json};
+pub use key::{IdempotencyKey, KeyError, KeyProfile, MAX_KEY_LEN, UnknownProfile};
+pub use operation::{InvalidOperation, MAX_OPERATION_LEN, OperationId};
+pub use order::{MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, QUANTITY_RANGE};
+pub use problem::{
+    FieldError, PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_PREFIX, ParsedProblem, Problem, ProblemCode,
+};
+pub use request::{
+    CheckedHead, HeadRules, RequestHead, bearer_token, check_body_len, check_head,
+    is_json_media_type,
+};
+pub use retry::{AttemptOutcome, RetryPolicy, RetryStep, parse_retry_after};
+
+/// Response header that marks a replayed response.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// The request header that carries the key.
+pub const KEY_HEADER: &str = "idempotency-key";

@@ -1,0 +1,173 @@
+//! The reference operation, `POST /orders:v1`: its payload, validation and
+//! fingerprint, shared by the server, the edge and the browser.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::fingerprint::Fingerprint;
+use crate::operation::OperationId;
+use crate::problem::{FieldError, Problem, ProblemCode};
+
+/// The operation id of order creation.
+pub const ORDER_OPERATION: OperationId = OperationId::from_static("POST /orders:v1");
+
+/// Largest order body accepted, in bytes (8 KiB).
+pub const MAX_ORDER_BODY_BYTES: usize = 8 * 1024;
+
+/// Smallest and largest quantity of one order.
+pub const QUANTITY_RANGE: std::ops::RangeInclusive<u8> = 1..=20;
+
+/// A validated order request: exactly `{"sku": string matching
+/// ^[A-Z0-9-]{1,32}$, "quantity": integer 1..=20}`, no other members.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewOrder {
+    /// Stock-keeping unit, 1 to 32 characters of `A-Z`, `0-9` and `-`.
+    pub sku: String,
+    /// How many, 1 to 20.
+    pub quantity: u8,
+}
+
+fn is_valid_sku(sku: &str) -> bool {
+    (1..=32).contains(&sku.len())
+        && sku
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// RFC 6901, section 3: `~` is written `~0` and `/` is written `~1`.
+fn pointer_to(name: &str) -> String {
+    format!("/{}", name.replace('~', "~0").replace('/', "~1"))
+}
+
+impl NewOrder {
+    /// Parses and validates a request body; every failing member is listed
+    /// in the `request-invalid` problem.
+    ///
+    /// ```
+    /// use idemkey_core::{NewOrder, ProblemCode};
+    /// let order = NewOrder::from_json(br#"{"quantity":2,"sku":"LIBRO-TS"}"#).unwrap();
+    /// assert_eq!(order.quantity, 2);
+    /// let err = NewOrder::from_json(br#"{"sku":"libro","quantity":0}"#).unwrap_err();
+    /// assert_eq!(err.code(), ProblemCode::RequestInvalid);
+    /// assert_eq!(err.errors().len(), 2);
+    /// ```
+    pub fn from_json(body: &[u8]) -> Result<Self, Problem> {
+        let value: Value = serde_json::from_slice(body).map_err(|e| {
+            invalid(vec![FieldError::new(
+                "",
+                format!("The body is not valid JSON: {e}."),
+            )])
+        })?;
+        let Value::Object(members) = value else {
+            return Err(invalid(vec![FieldError::new("", "must be a JSON object")]));
+        };
+        Self::from_members(&members)
+    }
+
+    fn from_members(members: &Map<String, Value>) -> Result<Self, Problem> {
+        let mut errors = Vec::new();
+        let sku = match members.get("sku") {
+            None => {
+                errors.push(FieldError::new("/sku", "is required"));
+                None
+            }
+            Some(Value::String(s)) if is_valid_sku(s) => Some(s.clone()),
+            Some(Value::String(_)) => {
+                errors.push(FieldError::new(
+                    "/sku",
+                    "must be 1 to 32 characters from A-Z, 0-9 and -",
+                ));
+                None
+            }
+            Some(_) => {
+                errors.push(FieldError::new("/sku", "must be a string"));
+                None
+            }
+        };
+        let quantity = match members.get("quantity") {
+            None => {
+                errors.push(FieldError::new("/quantity", "is required"));
+                None
+            }
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {
+                match n.as_u64().and_then(|q| u8::try_from(q).ok()) {
+                    Some(q) if QUANTITY_RANGE.contains(&q) => Some(q),
+                    _ => {
+                        errors.push(FieldError::new("/quantity", "must be from 1 to 20"));
+                        None
+                    }
+                }
+            }
+            Some(_) => {
+                errors.push(FieldError::new("/quantity", "must be an integer"));
+                None
+            }
+        };
+        let mut unknown: Vec<&String> = members
+            .keys()
+            .filter(|k| *k != "sku" && *k != "quantity")
+            .collect();
+        unknown.sort_unstable();
+        errors.extend(
+            unknown
+                .into_iter()
+                .map(|name| FieldError::new(pointer_to(name), "is not allowed")),
+        );
+        match (sku, quantity) {
+            (Some(sku), Some(quantity)) if errors.is_empty() => Ok(Self { sku, quantity }),
+            _ => Err(invalid(errors)),
+        }
+    }
+
+    /// The fingerprint of this order under [`ORDER_OPERATION`].
+    pub fn fingerprint(&self) -> Fingerprint {
+        let mut members = Map::new();
+        members.insert("quantity".to_owned(), Value::from(self.quantity));
+        members.insert("sku".to_owned(), Value::from(self.sku.as_str()));
+        Fingerprint::of_value(&ORDER_OPERATION, &Value::Object(members))
+    }
+}
+
+fn invalid(errors: Vec<FieldError>) -> Problem {
+    Problem::new(
+        ProblemCode::RequestInvalid,
+        "The request body does not match the contract of POST /orders.",
+    )
+    .with_errors(errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_members_are_listed_with_escaped_pointers() {
+        let err = NewOrder::from_json(br#"{"sku":"A","quantity":1,"a/b":1,"c~":2}"#).unwrap_err();
+        let pointers: Vec<_> = err.errors().iter().map(|e| e.pointer.as_str()).collect();
+        assert_eq!(pointers, ["/a~1b", "/c~0"]);
+    }
+
+    #[test]
+    fn fingerprint_matches_generic_path() {
+        let order = NewOrder {
+            sku: "LIBRO-TS".into(),
+            quantity: 2,
+        };
+        assert_eq!(
+            order.fingerprint(),
+            Fingerprint::of(&ORDER_OPERATION, &order).unwrap()
+        );
+    }
+
+    #[test]
+    fn rejects_non_integer_and_large_quantities() {
+        for body in [
+            &br#"{"sku":"A","quantity":2.0}"#[..],
+            br#"{"sku":"A","quantity":256}"#,
+            br#"{"sku":"A","quantity":-1}"#,
+            br#"{"sku":"A","quantity":"2"}"#,
+        ] {
+            assert!(NewOrder::from_json(body).is_err());
+        }
+    }
+}

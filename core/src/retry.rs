@@ -1,0 +1,236 @@
+//! The client retry policy: after each attempt, wait and send again with the
+//! same key, stop (the request must change), reconcile (look the operation
+//! up), or finish.
+//!
+//! Pure: the caller passes the attempt number, what happened, and a random
+//! number in `[0, 1)` drawn from its own generator.
+//!
+//! | what happened | step |
+//! |---|---|
+//! | 2xx or 3xx | [`RetryStep::Done`] |
+//! | network error, 408, 409, 425, 429, 500, 502, 503, 504 | [`RetryStep::Wait`] within the budget, then [`RetryStep::Reconcile`] |
+//! | 410 | [`RetryStep::Reconcile`] |
+//! | any other 4xx or 5xx (400, 401, 403, 404, 413, 415, 422, ...) | [`RetryStep::Stop`] |
+//!
+//! The wait is "full jitter": uniform in `[0, min(cap, base * 2^(attempt-1)))`,
+//! and never less than the server's `Retry-After`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::decision::UnixMillis;
+
+/// Retry parameters. The defaults: base 250 ms, cap 30 s, 8 attempts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// The first backoff ceiling, in milliseconds.
+    pub base_ms: u64,
+    /// The largest backoff ceiling, in milliseconds (a `Retry-After` may ask for more).
+    pub cap_ms: u64,
+    /// How many attempts in all (the first send included) before reconciling.
+    pub max_attempts: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            base_ms: 250,
+            cap_ms: 30_000,
+            max_attempts: 8,
+        }
+    }
+}
+
+/// What one attempt produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum AttemptOutcome {
+    /// No response: connection refused or reset, timeout, lost response.
+    NetworkError,
+    /// A response with this status and, if sent, its `Retry-After` in ms
+    /// (see [`parse_retry_after`]).
+    Response {
+        /// The HTTP status.
+        status: u16,
+        /// The server's `Retry-After`, in milliseconds.
+        #[serde(rename = "retryAfterMs")]
+        retry_after_ms: Option<u64>,
+    },
+}
+
+/// What the client does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum RetryStep {
+    /// Wait this long, then send the same request with the same key.
+    Wait {
+        /// Milliseconds to wait.
+        #[serde(rename = "delayMs")]
+        delay_ms: u64,
+    },
+    /// Final: the request itself must change (400, 401, 403, 413, 415, 422, ...).
+    Stop,
+    /// Final for sending: look the operation up; never start a new one blindly.
+    Reconcile,
+    /// Final: the operation succeeded (or was replayed).
+    Done,
+}
+
+impl RetryPolicy {
+    /// The step after attempt number `attempt` (1 for the first send) ended
+    /// with `outcome`; `random` is uniform in `[0, 1)` (values outside are clamped).
+    ///
+    /// ```
+    /// use idemkey_core::{AttemptOutcome, RetryPolicy, RetryStep};
+    /// let policy = RetryPolicy::default();
+    /// let busy = AttemptOutcome::Response { status: 409, retry_after_ms: Some(2_000) };
+    /// assert_eq!(policy.step(1, busy, 0.0), RetryStep::Wait { delay_ms: 2_000 });
+    /// let reused = AttemptOutcome::Response { status: 422, retry_after_ms: None };
+    /// assert_eq!(policy.step(1, reused, 0.5), RetryStep::Stop);
+    /// ```
+    pub fn step(&self, attempt: u32, outcome: AttemptOutcome, random: f64) -> RetryStep {
+        let retry_after_ms = match outcome {
+            AttemptOutcome::NetworkError => None,
+            AttemptOutcome::Response {
+                status,
+                retry_after_ms,
+            } => match status {
+                200..=399 => return RetryStep::Done,
+                410 => return RetryStep::Reconcile,
+                408 | 409 | 425 | 429 | 500 | 502 | 503 | 504 => retry_after_ms,
+                _ => return RetryStep::Stop,
+            },
+        };
+        if attempt >= self.max_attempts {
+            return RetryStep::Reconcile;
+        }
+        let delay_ms = self
+            .backoff_ms(attempt, random)
+            .max(retry_after_ms.unwrap_or(0));
+        RetryStep::Wait { delay_ms }
+    }
+
+    /// Full jitter: `floor(random * min(cap, base * 2^(attempt-1)))`.
+    pub fn backoff_ms(&self, attempt: u32, random: f64) -> u64 {
+        let exp = attempt.saturating_sub(1).min(63);
+        let ceiling = self.base_ms.saturating_mul(1u64 << exp).min(self.cap_ms);
+        let r = if random.is_finite() {
+            random.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        // ceiling <= cap_ms, far below 2^53, so the f64 product is exact enough
+        // and the truncating cast is in range.
+        let delay = (r * ceiling as f64) as u64;
+        delay.min(ceiling.saturating_sub(1))
+    }
+}
+
+/// Reads a `Retry-After` value (RFC 9110, section 10.2.3): delay-seconds, or
+/// an IMF-fixdate such as `Sun, 06 Nov 1994 08:49:37 GMT` measured from
+/// `now`. Returns milliseconds to wait; `None` if the value is malformed.
+pub fn parse_retry_after(value: &str, now: UnixMillis) -> Option<u64> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Very long digit strings saturate instead of failing.
+        let secs: u64 = value.parse().unwrap_or(u64::MAX);
+        return Some(secs.saturating_mul(1000));
+    }
+    let at = parse_imf_fixdate(value)?;
+    Some(now.millis_until(at))
+}
+
+/// `Sun, 06 Nov 1994 08:49:37 GMT` (RFC 9110, section 5.6.7), to Unix ms.
+fn parse_imf_fixdate(s: &str) -> Option<UnixMillis> {
+    let b = s.as_bytes();
+    if b.len() != 29 || &b[3..5] != b", " || &b[25..] != b" GMT" {
+        return None;
+    }
+    const DAYS: [&[u8]; 7] = [b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun"];
+    const MONTHS: [&[u8]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    if !DAYS.contains(&&b[0..3]) || b[7] != b' ' || b[11] != b' ' || b[16] != b' ' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<u64> {
+        let part = s.get(r)?;
+        if part.bytes().all(|c| c.is_ascii_digit()) {
+            part.parse().ok()
+        } else {
+            None
+        }
+    };
+    let day = num(5..7)?;
+    let month = MONTHS.iter().position(|m| *m == &b[8..11])? as u64 + 1;
+    let year = num(12..16)?;
+    if b[19] != b':' || b[22] != b':' {
+        return None;
+    }
+    let (hour, minute, second) = (num(17..19)?, num(20..22)?, num(23..25)?);
+    if !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 || year < 1970 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + hour * 3_600 + minute * 60 + second;
+    Some(UnixMillis(secs * 1000))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`, restricted to years >= 1970).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc_example_date() {
+        // 784111777 is the Unix time of Sun, 06 Nov 1994 08:49:37 GMT.
+        assert_eq!(
+            parse_imf_fixdate("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(UnixMillis(784_111_777_000))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:40 GMT", UnixMillis(784_111_777_000)),
+            Some(3_000)
+        );
+        assert_eq!(parse_retry_after("soon", UnixMillis(0)), None);
+        assert_eq!(parse_retry_after(" 7 ", UnixMillis(0)), Some(7_000));
+    }
+
+    #[test]
+    fn jitter_stays_under_the_ceiling() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.backoff_ms(1, 0.0), 0);
+        assert_eq!(p.backoff_ms(1, 0.999_999), 249);
+        assert_eq!(p.backoff_ms(3, 0.5), 500);
+        assert_eq!(p.backoff_ms(40, 0.5), 15_000);
+        assert_eq!(p.backoff_ms(2, f64::NAN), 0);
+    }
+
+    #[test]
+    fn budget_exhaustion_reconciles() {
+        let p = RetryPolicy {
+            max_attempts: 2,
+            ..RetryPolicy::default()
+        };
+        assert!(matches!(
+            p.step(1, AttemptOutcome::NetworkError, 0.1),
+            RetryStep::Wait { .. }
+        ));
+        assert_eq!(
+            p.step(2, AttemptOutcome::NetworkError, 0.1),
+            RetryStep::Reconcile
+        );
+    }
+}
