@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# The one test command of idemkey: ./scripts/test.sh
+#
+# Installs what is missing (and nothing else), then runs, stopping at the
+# first failure: rustfmt, clippy, the tests (nextest, plus doctests), rustdoc
+# with warnings denied, the no-host-imports check of the core built for
+# wasm32, the fuzz build, and every executable scripts/test.d/*.sh in name
+# order. The last line says whether everything passed and how long it took.
+#
+# Builds go to a target directory outside the clone, shared by clones:
+#   CARGO_TARGET_DIR  (default ~/.cache/idemkey/target)
+#   IDEMKEY_CACHE     (default ~/.cache/idemkey; the wasm probe and the fuzz
+#                      build use subdirectories of it)
+# Hooks in scripts/test.d/ get this environment plus IDEMKEY_ROOT (the
+# repository root).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export IDEMKEY_ROOT="$PWD"
+export IDEMKEY_CACHE="${IDEMKEY_CACHE:-$HOME/.cache/idemkey}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$IDEMKEY_CACHE/target}"
+if [[ "${CI:-}" == "true" ]]; then
+    export CARGO_TERM_COLOR=never
+fi
+
+STARTED=$SECONDS
+CURRENT="setup"
+SUMMARY=()
+
+finish() {
+    local rc=$?
+    local total=$((SECONDS - STARTED))
+    echo
+    echo "==== summary ===="
+    local line
+    for line in "${SUMMARY[@]}"; do
+        echo "  $line"
+    done
+    if [[ $rc -eq 0 ]]; then
+        echo "test.sh: PASSED, ${#SUMMARY[@]} steps in ${total}s"
+    else
+        echo "  $CURRENT: FAILED (exit $rc)"
+        echo "test.sh: FAILED at '$CURRENT' after ${total}s"
+    fi
+}
+trap finish EXIT
+
+# step NAME COMMAND...: runs one step under a header and records its time.
+step() {
+    CURRENT=$1
+    shift
+    local t0=$SECONDS
+    echo
+    echo "==== $CURRENT ===="
+    "$@"
+    SUMMARY+=("$CURRENT: ok ($((SECONDS - t0))s)")
+}
+
+# skip NAME REASON: records a step that does not apply.
+skip() {
+    echo
+    echo "==== $1 ===="
+    echo "skipped: $2"
+    SUMMARY+=("$1: skipped ($2)")
+}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# ---- (a) tools ----------------------------------------------------------
+
+install_tools() {
+    have rustup || { echo "rustup is required (https://rustup.rs)" >&2; return 1; }
+    have python3 || { echo "python3 is required (wasm import check)" >&2; return 1; }
+
+    # The pinned toolchain with the components and targets that
+    # rust-toolchain.toml lists; no download when they are all there.
+    rustup toolchain install --no-self-update
+    local spec installed item
+    spec=$(python3 -c 'import tomllib; t = tomllib.load(open("rust-toolchain.toml", "rb"))["toolchain"]
+print(" ".join(["component:" + c for c in t.get("components", [])] + ["target:" + x for x in t.get("targets", [])]))')
+    installed=" $(rustup component list --installed | tr '\n' ' ') "
+    for item in $spec; do
+        case $item in
+        component:*)
+            [[ $installed == *" ${item#component:}-"* ]] || rustup component add "${item#component:}"
+            ;;
+        target:*)
+            [[ $installed == *" rust-std-${item#target:} "* ]] || rustup target add "${item#target:}"
+            ;;
+        esac
+    done
+    rustc --version
+
+    if cargo nextest --version >/dev/null 2>&1; then
+        cargo nextest --version | head -n 1
+    else
+        echo "cargo-nextest not found: tests will run with cargo test"
+    fi
+
+    if [[ -d fuzz ]]; then
+        rustup toolchain list | grep -q '^nightly' ||
+            rustup toolchain install nightly --profile minimal --no-self-update
+        if ! cargo fuzz --version >/dev/null 2>&1; then
+            cargo install cargo-fuzz --locked || cargo install cargo-fuzz
+        fi
+        cargo fuzz --version
+    fi
+
+    # The PostgreSQL server binaries the integration tests start
+    # (idemkey-testkit); Debian's package if none are on the machine.
+    if [[ -z "${IDEMKEY_PG_BIN:-}" ]] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+        if [[ $EUID -eq 0 ]] && have apt-get; then
+            apt-get update -qq
+            apt-get install -y -qq --no-install-recommends postgresql
+        else
+            echo "PostgreSQL server binaries not found: install postgresql or set IDEMKEY_PG_BIN" >&2
+            return 1
+        fi
+    fi
+}
+
+# ---- (b)-(e) the workspace ----------------------------------------------
+
+check_fmt() {
+    cargo fmt --all --check
+    cargo fmt --manifest-path scripts/wasm-probe/Cargo.toml --check
+    if [[ -d fuzz ]]; then
+        cargo fmt --manifest-path fuzz/Cargo.toml --all --check
+    fi
+}
+
+run_tests() {
+    if cargo nextest --version >/dev/null 2>&1; then
+        cargo nextest run --workspace --no-fail-fast --no-tests=warn
+    else
+        cargo test --workspace --no-fail-fast --lib --bins --tests
+    fi
+    # nextest does not run doctests.
+    cargo test --workspace --doc
+}
+
+build_docs() {
+    RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps
+}
+
+# ---- (f) the core on wasm32: no host imports -----------------------------
+
+check_wasm() {
+    # A cdylib outside the workspace that links idemkey-core, resolved with
+    # the workspace's own lock file.
+    local probe=scripts/wasm-probe
+    local target="$IDEMKEY_CACHE/wasm-probe"
+    cp Cargo.lock "$probe/Cargo.lock"
+    CARGO_TARGET_DIR="$target" cargo build --manifest-path "$probe/Cargo.toml" \
+        --target wasm32-unknown-unknown --release
+    scripts/check-wasm-imports.sh "$target/wasm32-unknown-unknown/release/idemkey_wasm_probe.wasm"
+}
+
+# ---- (g) fuzz targets ------------------------------------------------------
+
+build_fuzz() {
+    (cd fuzz && cargo +nightly fuzz build --target-dir "$IDEMKEY_CACHE/fuzz")
+}
+
+# ---- run -------------------------------------------------------------------
+
+step "tools" install_tools
+step "rustfmt" check_fmt
+step "clippy" cargo clippy --workspace --all-targets -- -D warnings
+step "tests" run_tests
+step "rustdoc" build_docs
+step "wasm32 core has no imports" check_wasm
+if [[ -d fuzz ]]; then
+    step "fuzz build" build_fuzz
+else
+    skip "fuzz build" "no fuzz/ directory"
+fi
+
+# ---- (h) hooks from later issues -------------------------------------------
+
+shopt -s nullglob
+for hook in scripts/test.d/*.sh; do
+    if [[ -x $hook ]]; then
+        step "hook $(basename "$hook")" "$hook"
+    else
+        skip "hook $(basename "$hook")" "not executable"
+    fi
+done
+shopt -u nullglob
