@@ -209,6 +209,12 @@ impl PgCluster {
     /// it first), it retries with another port unless [`PgOptions::port`]
     /// was given.
     pub fn start_with(options: PgOptions) -> io::Result<PgCluster> {
+        Self::start_inner(options, None)
+    }
+
+    /// [`start_with`](Self::start_with), trying `first_port` first (tests
+    /// of the port-clash retry use it).
+    fn start_inner(options: PgOptions, first_port: Option<u16>) -> io::Result<PgCluster> {
         let tools = Tools::detect(options.bin_dir.as_deref())?;
         let (root, temporary) = match &options.dir {
             Some(dir) => {
@@ -239,8 +245,8 @@ impl PgCluster {
         }
         let (port, may_move) = match options.port {
             Some(port) => (port, false),
-            None => match previous_port(&cluster.data) {
-                Some(port) if port_is_free(port) => (port, true),
+            None => match first_port.or_else(|| previous_port(&cluster.data)) {
+                Some(port) if first_port.is_some() || port_is_free(port) => (port, true),
                 _ => (free_port()?, true),
             },
         };
@@ -1057,4 +1063,48 @@ fn percent_encode(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_port_is_detected_and_another_one_used() {
+        let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let taken = squatter.local_addr().unwrap().port();
+        let pg = PgCluster::start_inner(PgOptions::new(), Some(taken)).unwrap();
+        assert_ne!(pg.port(), taken);
+        assert_eq!(pg.psql("postgres", "SELECT 1").unwrap(), "1");
+        let log = fs::read_to_string(pg.log_file()).unwrap();
+        assert!(is_port_clash(&log), "{log}");
+    }
+
+    #[test]
+    fn an_explicit_taken_port_fails_with_the_server_log() {
+        let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let taken = squatter.local_addr().unwrap().port();
+        let err = PgCluster::start_with(PgOptions::new().port(taken)).unwrap_err();
+        assert!(is_port_clash(&err.to_string()), "{err}");
+    }
+
+    #[test]
+    fn free_ports_avoid_the_ephemeral_range() {
+        let low: u16 = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        if low > 16000 {
+            assert!(free_port().unwrap() < low);
+        }
+    }
+
+    #[test]
+    fn urls_and_literals_are_escaped() {
+        assert_eq!(percent_encode("a b/c_d.e~f-g"), "a%20b%2Fc_d.e~f-g");
+        assert_eq!(quote("it's"), "'it''s'");
+    }
 }
