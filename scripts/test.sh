@@ -159,7 +159,8 @@ check_wasm() {
 # ---- (g) fuzz targets ------------------------------------------------------
 
 build_fuzz() {
-    (cd fuzz && cargo +nightly fuzz build --target-dir "$IDEMKEY_CACHE/fuzz")
+    # Same flags and target directory as scripts/fuzz.sh, which reuses it.
+    (cd fuzz && CARGO_TARGET_DIR="$IDEMKEY_CACHE/fuzz-target" cargo +nightly fuzz build -O)
 }
 
 # ---- run -------------------------------------------------------------------
