@@ -179,13 +179,16 @@ pub fn decide(
     policy: ExpiryPolicy,
 ) -> Decision {
     match stored {
-        // No record: the first request with this key runs.
+        // draft-ietf-httpapi-idempotency-key-header, section 2.6, "First time
+        // request": "The resource server SHOULD process the request normally
+        // and respond with an appropriate response and status code."
         Stored::Nothing => Decision::Execute,
 
-        // draft-ietf-httpapi-idempotency-key-header, section 2.6: "If there is
-        // an attempt to reuse an idempotency key with a different request
-        // payload, the resource server SHOULD reply with a HTTP 422 status
-        // code". At any age, and while the first request still runs.
+        // Section 2.7: "If there is an attempt to reuse an idempotency key
+        // with a different request payload, the resource server SHOULD reply
+        // with a HTTP 422 status code with body containing a link pointing to
+        // relevant documentation." At any age, and while the first request
+        // still runs.
         Stored::InFlight { fingerprint, .. }
         | Stored::Completed { fingerprint, .. }
         | Stored::Tombstone { fingerprint }
@@ -194,9 +197,10 @@ pub fn decide(
             Decision::Reused
         }
 
-        // Section 2.6: "If the request is retried, while the original request
-        // is still being processed, the resource server SHOULD reply with an
-        // HTTP 409 status code".
+        // Section 2.6, "Concurrent Request": "The request was retried before
+        // the original request completed. The resource server MUST respond
+        // with a resource conflict error." Section 2.7: "... SHOULD reply with
+        // an HTTP 409 status code with body containing problem description."
         Stored::InFlight { lease_until, .. } if now < lease_until => Decision::InProgress {
             retry_after_secs: retry_after_secs(now, lease_until),
         },
@@ -205,11 +209,12 @@ pub fn decide(
         // result, so nothing was recorded and the request runs again.
         Stored::InFlight { .. } => Decision::TakeOver,
 
-        // Section 2.6: "the resource server ... MUST return the result of the
-        // previous request" for a key it has already processed.
+        // Section 2.6, "Retry": "The request was retried after the original
+        // request completed. The resource server SHOULD respond with the
+        // result of the previously completed operation, success or an error."
         Stored::Completed { replay_until, .. } if now < replay_until => Decision::Replay,
 
-        // Section 2.5: "The resource MAY enforce time based idempotency keys,
+        // Section 2.3: "The resource MAY enforce time based idempotency keys,
         // thus, be able to purge or delete a key upon its expiry. The resource
         // server SHOULD define such expiration policy and publish it in the
         // documentation."

@@ -9,8 +9,9 @@
 //! - `null`, `true`, `false` as such;
 //! - integers that fit `i64`/`u64` in plain decimal (`-12`, `2`); any other
 //!   number as the shortest decimal that reads back to the same `f64`
-//!   (the `ryu` algorithm, as `serde_json` prints it: `2.5`, `1e+20` is `1e20`,
-//!   `2.0` stays `2.0`);
+//!   (the `ryu` algorithm, as `serde_json` prints it: `2.5`, `0.1`, `1e20`
+//!   is written `1e+20`, `2.0` stays `2.0`); number text is read with correct
+//!   rounding (`serde_json`'s `float_roundtrip`);
 //! - strings in double quotes; `"` and `\` escaped with a backslash; U+0008,
 //!   U+000C, U+000A, U+000D and U+0009 as `\b \f \n \r \t`; other characters
 //!   below U+0020 as `\u00XX` with lowercase hex; every other character,

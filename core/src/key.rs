@@ -1,8 +1,10 @@
 //! The `Idempotency-Key` request header: parsing under a [`KeyProfile`] and
 //! the field value a client should send.
 //!
-//! draft-ietf-httpapi-idempotency-key-header, section 2.1: "Idempotency-Key
-//! is an Item Structured Header Field [RFC 9651]. Its value MUST be a String."
+//! draft-ietf-httpapi-idempotency-key-header, section 2.1: "`Idempotency-Key`
+//! is an Item Structured Header [RFC8941]. Its value MUST be a String." and
+//! "Clients MUST NOT include more than one `Idempotency-Key` header field in
+//! the same request." (RFC 9651 obsoletes RFC 8941 with the same sf-string.)
 
 use std::fmt;
 use std::str::FromStr;
@@ -247,7 +249,11 @@ fn trim_ows(value: &[u8]) -> &[u8] {
 
 /// An Item whose bare item is a String; parameters are parsed and ignored.
 fn parse_sf_string(value: &[u8]) -> Result<String, KeyError> {
-    let item: sfv::Item = sfv::Parser::new(trim_ows(value))
+    let value = trim_ows(value);
+    if value.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    let item: sfv::Item = sfv::Parser::new(value)
         .parse()
         .map_err(|_| KeyError::Syntax)?;
     match item.bare_item {

@@ -1,0 +1,258 @@
+//! The shared test vectors in `core/vectors/` (also read by the wasm and JS
+//! tests) against the native core.
+
+use std::path::Path;
+
+use idemkey_core::{
+    AttemptOutcome, Decision, ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, NewOrder,
+    OperationId, Problem, ProblemCode, RetryPolicy, RetryStep, Stored, UnixMillis, canonical_json,
+    decide,
+};
+use serde_json::Value;
+
+fn load(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("vectors")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"))
+}
+
+fn cases(doc: &Value) -> &Vec<Value> {
+    doc["cases"].as_array().expect("a cases array")
+}
+
+fn str_of<'a>(v: &'a Value, field: &str) -> &'a str {
+    v[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("{field} in {v}"))
+}
+
+#[test]
+fn key_vectors() {
+    let doc = load("keys.json");
+    let all = cases(&doc);
+    assert!(all.len() >= 120, "the key vectors shrank: {}", all.len());
+    for case in all {
+        let name = str_of(case, "name");
+        let profile: KeyProfile = str_of(case, "profile").parse().unwrap();
+        let lines: Vec<&str> = case["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        let got = IdempotencyKey::from_field_lines(lines.iter().map(|l| l.as_bytes()), profile);
+        match (&case["ok"], &case["error"], got) {
+            (Value::String(want), Value::Null, Ok(key)) => {
+                assert_eq!(key.as_str(), want, "{name} ({profile})");
+                // What a client sends back parses to the same key.
+                let again = IdempotencyKey::parse(key.to_header_value().as_bytes(), profile);
+                assert_eq!(again.as_ref(), Ok(&key), "{name} ({profile}) round trip");
+            }
+            (Value::Null, want @ Value::Object(_), Err(err)) => {
+                assert_eq!(err.reason(), str_of(want, "reason"), "{name} ({profile})");
+                assert_eq!(
+                    err.code().as_str(),
+                    str_of(want, "code"),
+                    "{name} ({profile})"
+                );
+                let problem = err.to_problem();
+                assert_eq!(problem.status(), 400, "{name} ({profile})");
+            }
+            (_, _, got) => panic!("{name} ({profile}): expected {case}, got {got:?}"),
+        }
+    }
+}
+
+#[test]
+fn fingerprint_vectors() {
+    let doc = load("fingerprints.json");
+    for case in cases(&doc) {
+        let name = str_of(case, "name");
+        let op = OperationId::new(str_of(case, "operation")).unwrap();
+        let payload = str_of(case, "payload");
+        let value: Value = serde_json::from_str(payload).unwrap();
+        let canonical = String::from_utf8(canonical_json(&value)).unwrap();
+        let expected_canonical = str_of(case, "canonical");
+        assert_eq!(
+            format!(
+                "[1,{},{canonical}]",
+                serde_json::to_string(op.as_str()).unwrap()
+            ),
+            expected_canonical,
+            "{name}: canonical form"
+        );
+        let fp = Fingerprint::of_json(&op, payload).unwrap();
+        assert_eq!(fp.to_hex(), str_of(case, "hex"), "{name}");
+        assert_eq!(Fingerprint::of_value(&op, &value), fp, "{name}: of_value");
+    }
+}
+
+#[test]
+fn reordered_members_share_a_fingerprint_and_other_payloads_do_not() {
+    let doc = load("fingerprints.json");
+    let hex = |name: &str| {
+        cases(&doc)
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| str_of(c, "hex").to_owned())
+            .unwrap()
+    };
+    assert_eq!(
+        hex("order body"),
+        hex("order body, members reordered and spaced")
+    );
+    assert_ne!(hex("order body"), hex("other quantity"));
+    assert_ne!(hex("order body"), hex("same body, other operation version"));
+}
+
+#[test]
+fn decision_vectors() {
+    let op = OperationId::from_static("POST /x:v1");
+    let a = Fingerprint::of_json(&op, "\"A\"").unwrap();
+    let b = Fingerprint::of_json(&op, "\"B\"").unwrap();
+    let fp = |v: &Value| match v.as_str() {
+        Some("A") => a,
+        Some("B") => b,
+        other => panic!("unknown fingerprint symbol {other:?}"),
+    };
+    let doc = load("decisions.json");
+    let mut seen = std::collections::BTreeSet::new();
+    for case in cases(&doc) {
+        let name = str_of(case, "name");
+        let s = &case["stored"];
+        let stored = match str_of(s, "state") {
+            "nothing" => Stored::Nothing,
+            "in_flight" => Stored::InFlight {
+                fingerprint: fp(&s["fingerprint"]),
+                lease_until: UnixMillis(s["lease_until"].as_u64().unwrap()),
+            },
+            "completed" => Stored::Completed {
+                fingerprint: fp(&s["fingerprint"]),
+                replay_until: UnixMillis(s["replay_until"].as_u64().unwrap()),
+            },
+            "tombstone" => Stored::Tombstone {
+                fingerprint: fp(&s["fingerprint"]),
+            },
+            other => panic!("unknown state {other}"),
+        };
+        let policy: ExpiryPolicy = str_of(case, "policy").parse().unwrap();
+        let now = UnixMillis(case["now"].as_u64().unwrap());
+        let decision = decide(stored, fp(&case["request"]), now, policy);
+        let want: Decision = serde_json::from_value(case["decision"].clone()).unwrap();
+        assert_eq!(decision, want, "{name}");
+        seen.insert(decision.as_str());
+        match (decision.problem(None), &case["problem"]) {
+            (None, Value::Null) => {}
+            (Some(problem), want) => {
+                assert_eq!(problem.code().as_str(), str_of(want, "code"), "{name}");
+                assert_eq!(
+                    u64::from(problem.status()),
+                    want["status"].as_u64().unwrap()
+                );
+                assert_eq!(
+                    problem.retry_after(),
+                    want["retry_after"].as_u64(),
+                    "{name}"
+                );
+            }
+            (None, want) => panic!("{name}: expected problem {want}"),
+        }
+    }
+    // Every row of the decision table is covered.
+    let all = [
+        "execute",
+        "take_over",
+        "reexecute",
+        "replay",
+        "reused",
+        "in_progress",
+        "expired",
+    ];
+    assert_eq!(seen, all.into_iter().collect());
+}
+
+#[test]
+fn retry_vectors() {
+    let doc = load("retry.json");
+    let policy: RetryPolicy = serde_json::from_value(doc["policy"].clone()).unwrap();
+    assert_eq!(
+        policy,
+        RetryPolicy::default(),
+        "the vectors use the default policy"
+    );
+    for case in cases(&doc) {
+        let name = str_of(case, "name");
+        let outcome: AttemptOutcome = serde_json::from_value(case["outcome"].clone()).unwrap();
+        let attempt = u32::try_from(case["attempt"].as_u64().unwrap()).unwrap();
+        let random = case["random"].as_f64().unwrap();
+        let want: RetryStep = serde_json::from_value(case["step"].clone()).unwrap();
+        assert_eq!(policy.step(attempt, outcome, random), want, "{name}");
+        // The wire form the wasm layer returns is exactly the vector's.
+        assert_eq!(serde_json::to_value(want).unwrap(), case["step"], "{name}");
+    }
+}
+
+#[test]
+fn problem_vectors() {
+    let doc = load("problems.json");
+    let codes = doc["codes"].as_array().unwrap();
+    assert_eq!(
+        codes.len(),
+        ProblemCode::ALL.len(),
+        "every code has a vector"
+    );
+    for entry in codes {
+        let code = ProblemCode::from_code(str_of(entry, "code")).unwrap();
+        assert_eq!(u64::from(code.status()), entry["status"].as_u64().unwrap());
+        assert_eq!(code.title(), str_of(entry, "title"));
+        assert_eq!(code.type_uri(), str_of(entry, "type"));
+    }
+    for entry in doc["bodies"].as_array().unwrap() {
+        let name = str_of(entry, "name");
+        let secs = entry["retry_after"].as_u64();
+        let problem = match str_of(entry, "ctor") {
+            "in_progress" => Problem::in_progress(secs.unwrap()),
+            "key_reused" => Problem::key_reused(),
+            "key_expired" => Problem::key_expired(entry["lookup"].as_str().map(str::to_owned)),
+            "service_unavailable" => Problem::service_unavailable(secs.unwrap()),
+            "unauthorized" => Problem::unauthorized(),
+            "not_found" => Problem::not_found(),
+            "unsupported_media_type" => Problem::unsupported_media_type(),
+            "payload_too_large" => Problem::payload_too_large(
+                usize::try_from(entry["limit"].as_u64().unwrap()).unwrap(),
+            ),
+            other => panic!("unknown constructor {other}"),
+        };
+        assert_eq!(problem.to_json(), str_of(entry, "body"), "{name}");
+        let headers: Vec<Value> = problem
+            .headers()
+            .into_iter()
+            .map(|(k, v)| serde_json::json!([k, v]))
+            .collect();
+        assert_eq!(Value::Array(headers), entry["headers"], "{name}: headers");
+    }
+}
+
+#[test]
+fn order_vectors() {
+    let doc = load("orders.json");
+    for case in cases(&doc) {
+        let name = str_of(case, "name");
+        let got = NewOrder::from_json(str_of(case, "body").as_bytes());
+        match (got, &case["ok"], &case["problem"]) {
+            (Ok(order), want @ Value::Object(_), Value::Null) => {
+                assert_eq!(order.sku, str_of(want, "sku"), "{name}");
+                assert_eq!(
+                    u64::from(order.quantity),
+                    want["quantity"].as_u64().unwrap()
+                );
+            }
+            (Err(problem), Value::Null, Value::String(body)) => {
+                assert_eq!(&problem.to_json(), body, "{name}");
+            }
+            (got, _, _) => panic!("{name}: expected {case}, got {got:?}"),
+        }
+    }
+}

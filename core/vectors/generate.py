@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""Writes the shared test vectors of idemkey (keys, fingerprints, decisions,
+retry steps, problems, order bodies) as JSON files beside this script.
+
+This is a second, independent statement of the contract: the expected values
+below are written by hand (or computed here with Python's own json and
+hashlib), never produced by the Rust code under test. The Rust, wasm and JS
+tests all read the JSON files; `generate.py --check` fails when the files are
+out of date with this script.
+"""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ARTICLE_KEY = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+K255 = "k" * 255
+
+
+def ok(value):
+    return {"ok": value}
+
+
+def err(reason):
+    code = "idempotency-key-missing" if reason == "missing" else "idempotency-key-invalid"
+    return {"error": {"code": code, "reason": reason}}
+
+
+# (name, field lines, {profile: expected})
+def key_cases():
+    q = f'"{ARTICLE_KEY}"'
+    up = ARTICLE_KEY.upper()
+    all3 = lambda e: {"strict": e, "lenient": e, "uuid": e}  # noqa: E731
+    cases = [
+        ("article key, quoted", [q], all3(ok(ARTICLE_KEY))),
+        ("article key, bare", [ARTICLE_KEY],
+         {"strict": err("syntax"), "lenient": ok(ARTICLE_KEY), "uuid": ok(ARTICLE_KEY)}),
+        ("uppercase uuid, quoted", [f'"{up}"'],
+         {"strict": ok(up), "lenient": ok(up), "uuid": ok(ARTICLE_KEY)}),
+        ("uppercase uuid, bare", [up],
+         {"strict": err("syntax"), "lenient": ok(up), "uuid": ok(ARTICLE_KEY)}),
+        ("draft example random string", ['"clkyoesmbgybucifusbbtdsbohtyuuwz"'],
+         {"strict": ok("clkyoesmbgybucifusbbtdsbohtyuuwz"),
+          "lenient": ok("clkyoesmbgybucifusbbtdsbohtyuuwz"), "uuid": err("not-uuid")}),
+        ("parameters are parsed and ignored", ['"abc";v=1;flag'],
+         {"strict": ok("abc"), "lenient": ok("abc"), "uuid": err("not-uuid")}),
+        ("uuid with a parameter", [f'{q};source=web'], all3(ok(ARTICLE_KEY))),
+        ("leading and trailing spaces", ['   "abc"  '],
+         {"strict": ok("abc"), "lenient": ok("abc"), "uuid": err("not-uuid")}),
+        ("leading and trailing tabs (HTTP OWS)", ['\t"abc"\t'],
+         {"strict": ok("abc"), "lenient": ok("abc"), "uuid": err("not-uuid")}),
+        ("escaped quote and backslash", ['"a\\"b\\\\c"'],
+         {"strict": ok('a"b\\c'), "lenient": ok('a"b\\c'), "uuid": err("not-uuid")}),
+        ("inner space is allowed in an sf-string", ['"a b"'],
+         {"strict": ok("a b"), "lenient": ok("a b"), "uuid": err("not-uuid")}),
+        ("invalid escape", ['"a\\x"'], all3(err("syntax"))),
+        ("unbalanced quote", ['"abc'], all3(err("syntax"))),
+        ("trailing characters after the string", ['"abc"x'], all3(err("syntax"))),
+        ("non-ASCII character", ['"café"'], all3(err("syntax"))),
+        ("non-ASCII bare", ["café"], all3(err("syntax"))),
+        ("tab inside the string", ['"a\tb"'], all3(err("syntax"))),
+        ("control character inside the string", ['"a\u0001b"'], all3(err("syntax"))),
+        ("empty string", ['""'], all3(err("empty"))),
+        ("empty field value", [""], all3(err("empty"))),
+        ("only spaces", ["   "], all3(err("empty"))),
+        ("inner list", ['("a" "b")'], all3(err("syntax"))),
+        ("list of two strings", ['"a", "b"'], all3(err("syntax"))),
+        ("token", ["abc"], {"strict": err("syntax"), "lenient": ok("abc"), "uuid": err("not-uuid")}),
+        ("integer", ["123"], {"strict": err("syntax"), "lenient": ok("123"), "uuid": err("not-uuid")}),
+        ("byte sequence", [":YWJj:"],
+         {"strict": err("syntax"), "lenient": ok(":YWJj:"), "uuid": err("not-uuid")}),
+        ("boolean", ["?1"], {"strict": err("syntax"), "lenient": ok("?1"), "uuid": err("not-uuid")}),
+        ("bare value with a comma", ["a,b"], all3(err("syntax"))),
+        ("bare value with a semicolon", ["a;b"], all3(err("syntax"))),
+        ("bare value with an inner space", ["a b"], all3(err("syntax"))),
+        ("bare value with a quote inside", ['a"b'], all3(err("syntax"))),
+        ("bare backslash is kept as is", ["a\\b"],
+         {"strict": err("syntax"), "lenient": ok("a\\b"), "uuid": err("not-uuid")}),
+        ("255 characters, quoted", [f'"{K255}"'],
+         {"strict": ok(K255), "lenient": ok(K255), "uuid": err("not-uuid")}),
+        ("255 characters, bare", [K255],
+         {"strict": err("syntax"), "lenient": ok(K255), "uuid": err("not-uuid")}),
+        ("256 characters, quoted", [f'"{K255}k"'],
+         {"strict": err("too-long"), "lenient": err("too-long"), "uuid": err("not-uuid")}),
+        ("256 characters, bare", [K255 + "k"],
+         {"strict": err("syntax"), "lenient": err("too-long"), "uuid": err("not-uuid")}),
+        ("uuid without hyphens", ['"8e03978e40d543e8bc936894a57f9324"'],
+         {"strict": ok("8e03978e40d543e8bc936894a57f9324"),
+          "lenient": ok("8e03978e40d543e8bc936894a57f9324"), "uuid": err("not-uuid")}),
+        ("braced uuid", ['"{' + ARTICLE_KEY + '}"'],
+         {"strict": ok("{" + ARTICLE_KEY + "}"), "lenient": ok("{" + ARTICLE_KEY + "}"),
+          "uuid": err("not-uuid")}),
+        ("uuid with a non-hex digit", ['"8e03978e-40d5-43e8-bc93-6894a57f932g"'],
+         {"strict": ok("8e03978e-40d5-43e8-bc93-6894a57f932g"),
+          "lenient": ok("8e03978e-40d5-43e8-bc93-6894a57f932g"), "uuid": err("not-uuid")}),
+        ("no field line", [], all3(err("missing"))),
+        ("two field lines, same value", [q, q], all3(err("repeated"))),
+        ("two field lines, one empty", [q, ""], all3(err("repeated"))),
+    ]
+    out = []
+    for name, lines, expect in cases:
+        for profile in ("strict", "lenient", "uuid"):
+            out.append({"name": name, "profile": profile, "lines": lines, **expect[profile]})
+    return out
+
+
+def canonical(value):
+    # Python's json with these options writes exactly the documented canonical
+    # form for the values used here (no floats in exponent form).
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint_cases():
+    raw = [
+        ("article body, article operation", "POST /pedidos:v1", '{"sku":"LIBRO-TS","cantidad":2}'),
+        ("order body", "POST /orders:v1", '{"sku":"LIBRO-TS","quantity":2}'),
+        ("order body, members reordered and spaced", "POST /orders:v1",
+         '{ "quantity" : 2 ,\n  "sku" : "LIBRO-TS" }'),
+        ("other quantity", "POST /orders:v1", '{"sku":"LIBRO-TS","quantity":3}'),
+        ("same body, other operation version", "POST /orders:v2", '{"sku":"LIBRO-TS","quantity":2}'),
+        ("nested objects are sorted at every level", "POST /x:v1",
+         '{"z":{"b":1,"a":[{"d":true,"c":null}]},"a":"x"}'),
+        ("unicode payload", "POST /x:v1", '{"name":"José Ñandú 東京 🎉","note":"línea\\nnueva"}'),
+        ("escaped unicode reads as the same characters", "POST /x:v1",
+         '{"name":"Jos\\u00e9"}'),
+        ("control characters and quotes", "POST /x:v1", '{"s":"a\\u0001\\t\\"\\\\b\\u007f"}'),
+        ("member names sort by code point", "POST /x:v1", '{"é":1,"z":2,"Z":3,"aa":4,"a":5}'),
+        ("numbers", "POST /x:v1", '{"i":-12,"u":18446744073709551615,"f":2.5,"g":0.1}'),
+        ("empty object", "POST /x:v1", "{}"),
+        ("array payload", "POST /x:v1", '[3,2,1]'),
+        ("string payload", "POST /x:v1", '"just a string"'),
+        ("null payload", "POST /x:v1", "null"),
+        ("duplicate member keeps the last value", "POST /x:v1", '{"a":1,"a":2}'),
+    ]
+    out = []
+    for name, op, payload in raw:
+        if name == "duplicate member keeps the last value":
+            value = {"a": 2}
+        else:
+            value = json.loads(payload)
+        canon = canonical([1, op, value])
+        out.append({
+            "name": name,
+            "operation": op,
+            "payload": payload,
+            "canonical": canon,
+            "hex": hashlib.sha256(canon.encode("utf-8")).hexdigest(),
+        })
+    # Floats whose canonical spelling differs between serializers: written by hand.
+    for name, payload, canon_payload in [
+        ("float with an exponent", '{"x":1e20}', '{"x":1e+20}'),
+        ("float written with a trailing zero", '{"x":2.0}', '{"x":2.0}'),
+    ]:
+        canon = f'[1,"POST /x:v1",{canon_payload}]'
+        out.append({
+            "name": name, "operation": "POST /x:v1", "payload": payload, "canonical": canon,
+            "hex": hashlib.sha256(canon.encode("utf-8")).hexdigest(),
+        })
+    return out
+
+
+def decision_cases():
+    # Fingerprints "A" and "B" stand for two different requests.
+    A, B = "A", "B"
+    cases = []
+
+    def case(name, stored, request, now, policy, decision, problem=None):
+        c = {"name": name, "stored": stored, "request": request, "now": now, "policy": policy,
+             "decision": decision}
+        if problem:
+            c["problem"] = problem
+        cases.append(c)
+
+    nothing = {"state": "nothing"}
+    done = {"state": "completed", "fingerprint": A, "replay_until": 10_000}
+    tomb = {"state": "tombstone", "fingerprint": A}
+    flight = {"state": "in_flight", "fingerprint": A, "lease_until": 10_000}
+    for policy in ("reject", "reexecute"):
+        case(f"nothing stored executes ({policy})", nothing, A, 0, policy, {"decision": "execute"})
+        case(f"completed, same payload, in window replays ({policy})", done, A, 9_999, policy,
+             {"decision": "replay"})
+        case(f"completed, other payload is reuse ({policy})", done, B, 5_000, policy,
+             {"decision": "reused"}, {"code": "idempotency-key-reused", "status": 422})
+        case(f"completed, other payload after expiry is still reuse ({policy})", done, B, 99_000,
+             policy, {"decision": "reused"}, {"code": "idempotency-key-reused", "status": 422})
+        case(f"tombstone, other payload is reuse ({policy})", tomb, B, 99_000, policy,
+             {"decision": "reused"}, {"code": "idempotency-key-reused", "status": 422})
+        case(f"in flight, other payload is reuse ({policy})", flight, B, 5_000, policy,
+             {"decision": "reused"}, {"code": "idempotency-key-reused", "status": 422})
+        case(f"in flight, lease running: 409 with seconds left rounded up ({policy})", flight, A,
+             7_500, policy, {"decision": "in_progress", "retry_after_secs": 3},
+             {"code": "idempotency-request-in-progress", "status": 409, "retry_after": 3})
+        case(f"in flight, last millisecond of the lease: at least 1 second ({policy})", flight, A,
+             9_999, policy, {"decision": "in_progress", "retry_after_secs": 1},
+             {"code": "idempotency-request-in-progress", "status": 409, "retry_after": 1})
+        case(f"in flight, lease over: take over ({policy})", flight, A, 10_000, policy,
+             {"decision": "take_over"})
+    case("completed, same payload, at the deadline: expired (reject)", done, A, 10_000, "reject",
+         {"decision": "expired"}, {"code": "idempotency-key-expired", "status": 410})
+    case("completed, same payload, at the deadline: re-execute (reexecute)", done, A, 10_000,
+         "reexecute", {"decision": "reexecute"})
+    case("tombstone, same payload: expired (reject)", tomb, A, 0, "reject",
+         {"decision": "expired"}, {"code": "idempotency-key-expired", "status": 410})
+    case("tombstone, same payload: re-execute (reexecute)", tomb, A, 0, "reexecute",
+         {"decision": "reexecute"})
+    return cases
+
+
+def retry_cases():
+    policy = {"baseMs": 250, "capMs": 30_000, "maxAttempts": 8}
+    cases = []
+
+    def case(name, attempt, outcome, random, step):
+        cases.append({"name": name, "attempt": attempt, "outcome": outcome, "random": random,
+                      "step": step})
+
+    resp = lambda s, ra=None: {"kind": "response", "status": s, "retryAfterMs": ra}  # noqa: E731
+    net = {"kind": "networkError"}
+    case("201 is done", 1, resp(201), 0.5, {"action": "done"})
+    case("replayed 201 is done", 3, resp(201), 0.5, {"action": "done"})
+    case("network error, first attempt, full jitter under 250 ms", 1, net, 0.5,
+         {"action": "wait", "delayMs": 125})
+    case("network error, third attempt: ceiling 1000 ms", 3, net, 0.5,
+         {"action": "wait", "delayMs": 500})
+    case("network error, random 0 waits 0", 2, net, 0.0, {"action": "wait", "delayMs": 0})
+    case("the ceiling doubles each attempt (16 s at attempt 7)", 7, net, 0.5, {"action": "wait", "delayMs": 8_000})
+    case("409 honours Retry-After above the jitter", 1, resp(409, 2_000), 0.9,
+         {"action": "wait", "delayMs": 2_000})
+    case("503 jitter above Retry-After wins", 6, resp(503, 1_000), 0.5,
+         {"action": "wait", "delayMs": 4_000})
+    case("429 is retried", 1, resp(429), 0.0, {"action": "wait", "delayMs": 0})
+    case("budget exhausted: reconcile", 8, net, 0.5, {"action": "reconcile"})
+    case("budget exhausted on 503: reconcile", 8, resp(503, 1_000), 0.5, {"action": "reconcile"})
+    case("410 reconciles at once", 1, resp(410), 0.5, {"action": "reconcile"})
+    for status in (400, 401, 403, 404, 413, 415, 422):
+        case(f"{status} stops: the request must change", 1, resp(status), 0.5, {"action": "stop"})
+    return {"policy": policy, "cases": cases}
+
+
+TITLES = {
+    "idempotency-key-missing": (400, "Idempotency-Key is missing"),
+    "idempotency-key-invalid": (400, "Idempotency-Key is invalid"),
+    "idempotency-key-reused": (422, "Idempotency-Key reused with another payload"),
+    "idempotency-request-in-progress": (409, "A request with this Idempotency-Key is in progress"),
+    "idempotency-key-expired": (410, "Idempotency-Key expired"),
+    "request-invalid": (400, "Request is invalid"),
+    "payload-too-large": (413, "Payload too large"),
+    "unsupported-media-type": (415, "Unsupported media type"),
+    "unauthorized": (401, "Unauthorized"),
+    "not-found": (404, "Not found"),
+    "method-not-allowed": (405, "Method not allowed"),
+    "service-unavailable": (503, "Service unavailable"),
+}
+
+
+def problem_body(code, detail, retry_after=None, lookup=None, errors=None):
+    status, title = TITLES[code]
+    body = {"type": f"/problems/{code}", "title": title, "status": status, "detail": detail,
+            "code": code}
+    if retry_after is not None:
+        body["retry_after"] = retry_after
+    if lookup is not None:
+        body["lookup"] = lookup
+    if errors:
+        body["errors"] = [{"pointer": p, "detail": d} for p, d in errors]
+    # Member order is part of the contract: dicts keep insertion order.
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+DETAILS = {
+    "in_progress": "A request with this Idempotency-Key is still being processed. Retry with the same key after Retry-After seconds.",
+    "reused": "This Idempotency-Key was already used with a different request payload. Use a new key for a new operation; the original operation is unchanged.",
+    "expired": "The replay window of this Idempotency-Key is over and the request was not executed again. Look the operation up instead of starting a new one.",
+    "unavailable": "The request could not be completed or its outcome is not confirmed. Retry with the same Idempotency-Key.",
+    "unauthorized": "Send a valid API token as Authorization: Bearer <token>.",
+    "not_found": "No such resource exists for this account.",
+    "media": "The request body must be sent as Content-Type: application/json.",
+    "too_large": "The request body must be at most 8192 bytes.",
+    "missing": "This operation requires an Idempotency-Key header.",
+    "invalid_syntax": "The Idempotency-Key must be a structured-field string, e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\".",
+    "order_invalid": "The request body does not match the contract of POST /orders.",
+}
+
+
+def problem_cases():
+    return {
+        "codes": [{"code": c, "status": s, "title": t, "type": f"/problems/{c}"}
+                  for c, (s, t) in TITLES.items()],
+        "bodies": [
+            {"name": "in progress, 3 s", "ctor": "in_progress", "retry_after": 3,
+             "body": problem_body("idempotency-request-in-progress", DETAILS["in_progress"], 3),
+             "headers": [["content-type", "application/problem+json"], ["cache-control", "no-store"],
+                         ["retry-after", "3"]]},
+            {"name": "key reused", "ctor": "key_reused",
+             "body": problem_body("idempotency-key-reused", DETAILS["reused"]),
+             "headers": [["content-type", "application/problem+json"], ["cache-control", "no-store"]]},
+            {"name": "key expired with lookup", "ctor": "key_expired",
+             "lookup": f"/operations/{ARTICLE_KEY}",
+             "body": problem_body("idempotency-key-expired", DETAILS["expired"],
+                                  lookup=f"/operations/{ARTICLE_KEY}"),
+             "headers": [["content-type", "application/problem+json"], ["cache-control", "no-store"]]},
+            {"name": "service unavailable, 1 s", "ctor": "service_unavailable", "retry_after": 1,
+             "body": problem_body("service-unavailable", DETAILS["unavailable"], 1),
+             "headers": [["content-type", "application/problem+json"], ["cache-control", "no-store"],
+                         ["retry-after", "1"]]},
+            {"name": "unauthorized", "ctor": "unauthorized",
+             "body": problem_body("unauthorized", DETAILS["unauthorized"]),
+             "headers": [["content-type", "application/problem+json"], ["cache-control", "no-store"]]},
+            {"name": "not found", "ctor": "not_found",
+             "body": problem_body("not-found", DETAILS["not_found"]),
+             "headers": [["content-type", "application/problem+json"], ["cache-control", "no-store"]]},
+            {"name": "unsupported media type", "ctor": "unsupported_media_type",
+             "body": problem_body("unsupported-media-type", DETAILS["media"]),
+             "headers": [["content-type", "application/problem+json"], ["cache-control", "no-store"]]},
+            {"name": "payload too large, 8 KiB", "ctor": "payload_too_large", "limit": 8192,
+             "body": problem_body("payload-too-large", DETAILS["too_large"]),
+             "headers": [["content-type", "application/problem+json"], ["cache-control", "no-store"]]},
+        ],
+    }
+
+
+def order_cases():
+    inv = lambda *errors: problem_body("request-invalid", DETAILS["order_invalid"],  # noqa: E731
+                                       errors=list(errors))
+    return [
+        {"name": "valid order", "body": '{"sku":"LIBRO-TS","quantity":2}',
+         "ok": {"sku": "LIBRO-TS", "quantity": 2}},
+        {"name": "valid order, members reordered", "body": '{"quantity":20,"sku":"A-1"}',
+         "ok": {"sku": "A-1", "quantity": 20}},
+        {"name": "the article's Spanish member names are not this contract",
+         "body": '{"sku":"LIBRO-TS","cantidad":2}',
+         "problem": inv(("/quantity", "is required"), ("/cantidad", "is not allowed"))},
+        {"name": "lowercase sku and zero quantity", "body": '{"sku":"libro","quantity":0}',
+         "problem": inv(("/sku", "must be 1 to 32 characters from A-Z, 0-9 and -"),
+                        ("/quantity", "must be from 1 to 20"))},
+        {"name": "quantity 21", "body": '{"sku":"A","quantity":21}',
+         "problem": inv(("/quantity", "must be from 1 to 20"))},
+        {"name": "quantity as a string", "body": '{"sku":"A","quantity":"2"}',
+         "problem": inv(("/quantity", "must be an integer"))},
+        {"name": "quantity as a float", "body": '{"sku":"A","quantity":2.5}',
+         "problem": inv(("/quantity", "must be an integer"))},
+        {"name": "sku as a number", "body": '{"sku":7,"quantity":1}',
+         "problem": inv(("/sku", "must be a string"))},
+        {"name": "sku of 33 characters", "body": '{"sku":"' + "A" * 33 + '","quantity":1}',
+         "problem": inv(("/sku", "must be 1 to 32 characters from A-Z, 0-9 and -"))},
+        {"name": "extra members are listed, sorted", "body": '{"sku":"A","quantity":1,"z":1,"price":0}',
+         "problem": inv(("/price", "is not allowed"), ("/z", "is not allowed"))},
+        {"name": "empty object", "body": "{}",
+         "problem": inv(("/sku", "is required"), ("/quantity", "is required"))},
+        {"name": "array instead of object", "body": "[]",
+         "problem": inv(("", "must be a JSON object"))},
+    ]
+
+
+FILES = {
+    "keys.json": lambda: {"description": "Idempotency-Key field lines per profile: the unquoted key, or the error code and reason.", "cases": key_cases()},
+    "fingerprints.json": lambda: {"description": "SHA-256 of the canonical [1, operation, payload]; payload given as JSON text.", "version": 1, "cases": fingerprint_cases()},
+    "decisions.json": lambda: {"description": "decide(stored, request, now, policy). Fingerprints A and B stand for two different requests; times in Unix ms.", "cases": decision_cases()},
+    "retry.json": lambda: {"description": "RetryPolicy::step(attempt, outcome, random) with the default policy.", **retry_cases()},
+    "problems.json": lambda: {"description": "Every problem code with its status, title and type; exact bodies and headers of the problem constructors.", **problem_cases()},
+    "orders.json": lambda: {"description": "POST /orders:v1 bodies: the validated order or the exact request-invalid problem body.", "cases": order_cases()},
+}
+
+
+def main():
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for name, build in FILES.items():
+        text = json.dumps(build(), indent=1, ensure_ascii=False) + "\n"
+        path = HERE / name
+        if check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        else:
+            path.write_text(text, encoding="utf-8")
+    if stale:
+        print("stale vectors (run core/vectors/generate.py):", ", ".join(stale))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
