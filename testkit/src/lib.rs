@@ -459,6 +459,9 @@ impl PgCluster {
     }
 
     fn prepare_dirs(&mut self) -> io::Result<()> {
+        if !self.temporary {
+            self.tools.check_reachable(&self.root)?;
+        }
         if !self.data.join("PG_VERSION").exists() {
             if self.data.exists() {
                 if fs::read_dir(&self.data)?.next().is_some() {
@@ -482,9 +485,6 @@ impl PgCluster {
         if !self.log.exists() {
             fs::File::create(&self.log)?;
             self.tools.give(&self.log)?;
-        }
-        if !self.temporary {
-            self.tools.check_reachable(&self.data)?;
         }
         Ok(())
     }
@@ -717,15 +717,15 @@ impl Tools {
         }
     }
 
-    /// Fails with a clear message if the server's OS user cannot use `data`
-    /// (say, because it is under `/root`).
-    fn check_reachable(&self, data: &Path) -> io::Result<()> {
+    /// Fails with a clear message if the server's OS user cannot enter
+    /// `dir` (say, because it is under `/root`).
+    fn check_reachable(&self, dir: &Path) -> io::Result<()> {
         if self.run_as.is_none() {
             return Ok(());
         }
         let output = Command::new("runuser")
-            .args(["-u", SERVER_OS_USER, "--", "test", "-w"])
-            .arg(data.join("PG_VERSION"))
+            .args(["-u", SERVER_OS_USER, "--", "test", "-x"])
+            .arg(dir)
             .current_dir("/")
             .output()?;
         if output.status.success() {
@@ -736,7 +736,7 @@ impl Tools {
                 format!(
                     "the `{SERVER_OS_USER}` OS user cannot reach {}: choose a directory it can \
                      enter, such as one under /tmp",
-                    data.display()
+                    dir.display()
                 ),
             ))
         }
