@@ -122,10 +122,14 @@ print(" ".join(["component:" + c for c in t.get("components", [])] + ["target:" 
 # ---- (b)-(e) the workspace ----------------------------------------------
 
 check_fmt() {
-    cargo fmt --all --check
-    cargo fmt --manifest-path scripts/wasm-probe/Cargo.toml --check
+    # rustfmt colours its diffs even into a pipe or file.
+    local plain=()
+    [[ -t 1 ]] || plain=(-- --color never)
+    cargo fmt --all --check "${plain[@]}"
+    # The crates outside the workspace.
+    cargo fmt --manifest-path scripts/wasm-probe/Cargo.toml --check "${plain[@]}"
     if [[ -d fuzz ]]; then
-        cargo fmt --manifest-path fuzz/Cargo.toml --all --check
+        cargo fmt --manifest-path fuzz/Cargo.toml --all --check "${plain[@]}"
     fi
 }
 
