@@ -1,0 +1,218 @@
+//! The command line: `serve`, `migrate` and `account create`, each flag with
+//! an environment-variable fallback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use idemkey_core::{ExpiryPolicy, KeyProfile};
+
+/// Environment variable that must be `1` for `--test-faults` to be accepted.
+pub const ALLOW_TEST_FAULTS_ENV: &str = "IDEMKEY_ALLOW_TEST_FAULTS";
+
+/// idemkey-server: an order service whose POST /orders is safe to retry with
+/// an Idempotency-Key.
+#[derive(Debug, Parser)]
+#[command(name = "idemkey-server", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply pending migrations, then serve HTTP until SIGTERM or SIGINT.
+    Serve(ServeArgs),
+    /// Apply pending migrations and exit.
+    Migrate(DatabaseArgs),
+    /// Manage accounts.
+    #[command(subcommand)]
+    Account(AccountCommand),
+}
+
+/// `account` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AccountCommand {
+    /// Create an account; its new API token is the last line of stdout.
+    Create {
+        /// The account's display name.
+        name: String,
+        /// Where the data lives.
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
+
+/// Where the data lives.
+#[derive(Clone, Debug, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL URL, e.g. postgres://user@127.0.0.1:5432/idemkey.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Flags of `serve`.
+#[derive(Clone, Debug, Args)]
+pub struct ServeArgs {
+    /// Where the data lives.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Address to listen on.
+    #[arg(long, env = "IDEMKEY_BIND", default_value = "127.0.0.1:3000")]
+    pub bind: SocketAddr,
+    /// How Idempotency-Key values are read: strict, lenient or uuid.
+    #[arg(long, env = "IDEMKEY_KEY_PROFILE", default_value = "lenient", value_parser = parse_profile)]
+    pub key_profile: KeyProfile,
+    /// How long a stored response is replayed (e.g. 2s, 15m, 24h).
+    #[arg(long, env = "IDEMKEY_REPLAY_TTL", default_value = "24h", value_parser = parse_duration)]
+    pub replay_ttl: Duration,
+    /// How long a key is remembered after creation (as a tombstone after the
+    /// replay window), so reuse, expiry and lookups still answer.
+    #[arg(long, env = "IDEMKEY_TOMBSTONE_TTL", default_value = "30d", value_parser = parse_duration)]
+    pub tombstone_ttl: Duration,
+    /// After the replay window: reject (410) or reexecute.
+    #[arg(long, env = "IDEMKEY_EXPIRY_POLICY", default_value = "reject", value_parser = parse_policy)]
+    pub expiry_policy: ExpiryPolicy,
+    /// Largest number of database connections.
+    #[arg(long, env = "IDEMKEY_POOL_SIZE", default_value_t = 10)]
+    pub pool_size: usize,
+    /// How long a request waits for a database connection before 503.
+    #[arg(long, env = "IDEMKEY_POOL_WAIT", default_value = "5s", value_parser = parse_duration)]
+    pub pool_wait: Duration,
+    /// Longest lock wait (a concurrent request with the same key) before 409.
+    #[arg(long, env = "IDEMKEY_LOCK_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub lock_timeout: Duration,
+    /// Longest statement before 503.
+    #[arg(long, env = "IDEMKEY_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub statement_timeout: Duration,
+    /// How often the background task trims expired records.
+    #[arg(long, env = "IDEMKEY_TRIM_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub trim_interval: Duration,
+    /// Rows per trim batch.
+    #[arg(long, env = "IDEMKEY_TRIM_BATCH", default_value_t = 500)]
+    pub trim_batch: u32,
+    /// How long in-flight requests may take to finish after SIGTERM.
+    #[arg(long, env = "IDEMKEY_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Log format.
+    #[arg(long, env = "IDEMKEY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Demo mode: a demo account, the js-demo page at `/` and the
+    /// `POST /demo/lose-next-response` switch. Local use only.
+    #[arg(long, env = "IDEMKEY_DEMO")]
+    pub demo: bool,
+    /// Directory of the demo's static files.
+    #[arg(long, env = "IDEMKEY_DEMO_DIR", default_value = "js-demo")]
+    pub demo_dir: PathBuf,
+    /// Test-only fault injection through the `x-idemkey-test-fault` request
+    /// header; refused unless IDEMKEY_ALLOW_TEST_FAULTS=1.
+    #[arg(long, hide = true)]
+    pub test_faults: bool,
+}
+
+fn parse_profile(s: &str) -> Result<KeyProfile, String> {
+    s.parse()
+        .map_err(|e: idemkey_core::UnknownProfile| e.to_string())
+}
+
+fn parse_policy(s: &str) -> Result<ExpiryPolicy, String> {
+    s.parse()
+}
+
+/// Parses `500ms`, `2s`, `15m`, `24h` or `30d` (a whole number and a unit).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{s:?} needs a unit: ms, s, m, h or d (e.g. 24h)"))?;
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} must start with a whole number (e.g. 15m)"))?;
+    let secs_per_unit = match unit {
+        "ms" => return Ok(Duration::from_millis(n)),
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        other => return Err(format!("unknown unit {other:?}: use ms, s, m, h or d")),
+    };
+    n.checked_mul(secs_per_unit)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{s:?} is too long"))
+}
+
+impl ServeArgs {
+    /// Checks what clap cannot: fault hooks need the explicit environment
+    /// switch, and tombstones must outlive the replay window.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.test_faults && std::env::var(ALLOW_TEST_FAULTS_ENV).as_deref() != Ok("1") {
+            return Err(format!(
+                "--test-faults is for tests only and needs {ALLOW_TEST_FAULTS_ENV}=1"
+            ));
+        }
+        if self.tombstone_ttl < self.replay_ttl {
+            return Err("--tombstone-ttl must be at least --replay-ttl".into());
+        }
+        if self.pool_size == 0 || self.trim_batch == 0 {
+            return Err("--pool-size and --trim-batch must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(2_592_000)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "2", "s", "2w", "-1s", "1.5h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn serve_defaults_match_the_issue() {
+        let cli =
+            Cli::try_parse_from(["idemkey-server", "serve", "--database-url", "postgres://x"])
+                .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("serve")
+        };
+        assert_eq!(args.bind.to_string(), "127.0.0.1:3000");
+        assert_eq!(args.key_profile, KeyProfile::Lenient);
+        assert_eq!(args.replay_ttl, Duration::from_secs(86_400));
+        assert_eq!(args.expiry_policy, ExpiryPolicy::Reject);
+        assert!(args.validate().is_ok());
+    }
+
+    #[test]
+    fn test_faults_need_the_environment_switch() {
+        let cli = Cli::try_parse_from(["idemkey-server", "serve", "--test-faults"]).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("serve")
+        };
+        if std::env::var(ALLOW_TEST_FAULTS_ENV).is_err() {
+            assert!(args.validate().is_err());
+        }
+    }
+}

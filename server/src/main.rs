@@ -1,0 +1,128 @@
+//! The `idemkey-server` binary: `serve`, `migrate`, `account create`.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use idemkey_server::auth::NewToken;
+use idemkey_server::config::{AccountCommand, Cli, Command, DatabaseArgs, LogFormat, ServeArgs};
+use idemkey_server::serve::shutdown_signal;
+use idemkey_server::store::{OrderStore as _, PgSettings, PgStore};
+use idemkey_server::{AnyStore, AppState, Clock, Settings, app, maintenance, serve, telemetry};
+use tokio::net::TcpListener;
+use tracing::{error, info};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let format = match &cli.command {
+        Command::Serve(args) => args.log_format,
+        _ => LogFormat::Text,
+    };
+    telemetry::init(format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            error!("{message}");
+            eprintln!("idemkey-server: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Serve(args) => run_serve(args).await,
+        Command::Migrate(database) => {
+            open_store(&database, &PgSettings::default()).await?;
+            info!("migrations are up to date");
+            Ok(())
+        }
+        Command::Account(AccountCommand::Create { name, database }) => {
+            let store = open_store(&database, &PgSettings::default()).await?;
+            let token = NewToken::generate().map_err(|e| format!("no randomness: {e}"))?;
+            let account = store
+                .create_account(&name, token.hash())
+                .await
+                .map_err(|e| format!("cannot create the account: {e}"))?;
+            println!("account {} created: {name}", account.0);
+            println!("{}", token.reveal());
+            Ok(())
+        }
+    }
+}
+
+async fn open_store(database: &DatabaseArgs, settings: &PgSettings) -> Result<AnyStore, String> {
+    let url = database
+        .database_url
+        .as_deref()
+        .ok_or("no database: pass --database-url or set DATABASE_URL")?;
+    let store = PgStore::connect(url, settings)
+        .await
+        .map_err(|e| format!("cannot open the database: {e}"))?;
+    Ok(AnyStore::Postgres(store))
+}
+
+async fn run_serve(args: ServeArgs) -> Result<(), String> {
+    args.validate()?;
+    let pg = PgSettings {
+        pool_size: args.pool_size,
+        pool_wait: args.pool_wait,
+        lock_timeout: args.lock_timeout,
+        statement_timeout: args.statement_timeout,
+        ..PgSettings::default()
+    };
+    info!(backend = "postgres", "starting idemkey-server");
+    let store = open_store(&args.database, &pg).await?;
+    if args.test_faults {
+        info!("test fault injection is ON (x-idemkey-test-fault header)");
+    }
+    let settings = Settings {
+        key_profile: args.key_profile,
+        replay_ttl: args.replay_ttl,
+        tombstone_ttl: args.tombstone_ttl,
+        expiry_policy: args.expiry_policy,
+        test_faults: args.test_faults,
+        demo_dir: args.demo.then(|| args.demo_dir.clone()),
+    };
+    let clock = Clock::system();
+    let state = AppState::with_clock(store.clone(), settings.clone(), clock.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let trimmer = tokio::spawn(maintenance::run(
+        store.clone(),
+        settings,
+        clock,
+        args.trim_interval,
+        args.trim_batch,
+        stop_rx,
+    ));
+    let listener = TcpListener::bind(args.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    info!(
+        address = %local,
+        key_profile = %args.key_profile,
+        replay_ttl_s = args.replay_ttl.as_secs(),
+        expiry_policy = args.expiry_policy.as_str(),
+        "listening on http://{local}"
+    );
+    serve(listener, app(state), shutdown_signal(), args.shutdown_grace)
+        .await
+        .map_err(|e| format!("server error: {e}"))?;
+    let _ = stop_tx.send(true);
+    let _ = trimmer.await;
+    if let AnyStore::Postgres(pg) = &store {
+        pg.pool().close();
+    }
+    info!("stopped");
+    Ok(())
+}

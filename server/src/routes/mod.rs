@@ -1,0 +1,124 @@
+//! The HTTP routes: orders, operation lookups, health, the problem
+//! fallbacks, and the demo's switches.
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use idemkey_core::{Problem, UnixMillis};
+use tower_http::services::ServeDir;
+
+use crate::AppState;
+use crate::problems::{ApiError, problem_response};
+use crate::store::OrderStore as _;
+
+mod operations;
+mod orders;
+
+pub use operations::lookup_path;
+pub use orders::TEST_FAULT_HEADER;
+
+/// The routes, without the outer layers that [`crate::app`] adds.
+pub fn router(state: AppState) -> Router {
+    let demo_dir = state.settings().demo_dir.clone();
+    let mut router = Router::new()
+        .route("/orders", post(orders::create))
+        .route("/orders/{id}", get(orders::show))
+        .route("/operations/{key}", get(operations::show))
+        .route("/healthz", get(healthz))
+        .method_not_allowed_fallback(method_not_allowed);
+    if let Some(dir) = demo_dir {
+        router = router
+            .route("/demo/lose-next-response", post(lose_next_response))
+            .fallback_service(ServeDir::new(dir).not_found_service(axum::routing::any(not_found)));
+    } else {
+        router = router.fallback(not_found);
+    }
+    router.with_state(state)
+}
+
+async fn healthz(State(state): State<AppState>) -> Result<Response, ApiError> {
+    state.store().ping().await?;
+    Ok(json_response(
+        StatusCode::OK,
+        r#"{"status":"ok"}"#.to_owned(),
+    ))
+}
+
+/// Demo mode only: the next new order commits, then its connection is
+/// closed without a response, as if the network had lost it.
+async fn lose_next_response(State(state): State<AppState>) -> Response {
+    state.arm_lose_next_response();
+    json_response(StatusCode::OK, r#"{"armed":true}"#.to_owned())
+}
+
+async fn not_found() -> Response {
+    problem_response(&Problem::not_found())
+}
+
+async fn method_not_allowed() -> Response {
+    problem_response(&Problem::method_not_allowed())
+}
+
+/// A JSON response with `status` and `body`.
+pub(crate) fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// RFC 3339 in UTC with milliseconds, e.g. `2026-12-02T17:49:54.123Z`.
+pub fn rfc3339(t: UnixMillis) -> String {
+    let nanos = i128::from(t.0) * 1_000_000;
+    match time::OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+        Ok(dt) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            dt.year(),
+            u8::from(dt.month()),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second(),
+            dt.millisecond()
+        ),
+        Err(_) => "9999-12-31T23:59:59.999Z".to_owned(),
+    }
+}
+
+impl IntoResponse for crate::store::StoredResponse {
+    fn into_response(self) -> Response {
+        let mut response = Response::new(Body::from(self.body));
+        *response.status_mut() =
+            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        for (name, value) in self.headers {
+            if let (Ok(name), Ok(value)) = (
+                axum::http::HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(&value),
+            ) {
+                headers.append(name, value);
+            }
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_has_millis_and_utc() {
+        assert_eq!(rfc3339(UnixMillis(0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339(UnixMillis(1_764_700_000_123)),
+            "2025-12-02T18:26:40.123Z"
+        );
+    }
+}

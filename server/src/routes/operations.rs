@@ -1,0 +1,155 @@
+//! `GET /operations/{key}`: what became of a key, for the caller's account.
+//!
+//! It is where a client goes after a 410, or after it gave up retrying: it
+//! answers during and after the replay window, for as long as the key's
+//! tombstone is kept, and never executes anything.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use idemkey_core::{IdempotencyKey, KeyError, ORDER_OPERATION, Problem, Stored};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use serde::Serialize;
+
+use super::{json_response, rfc3339};
+use crate::AppState;
+use crate::auth::bearer_hash;
+use crate::problems::ApiError;
+use crate::store::{Authed, OrderStore as _};
+
+/// Characters escaped in a path segment (RFC 3986 `pchar` keeps the rest).
+const SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'/')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
+
+/// Where a key's operation can be looked up: `/operations/{key}`, the key's
+/// characters percent-encoded.
+pub fn lookup_path(key: &IdempotencyKey) -> String {
+    format!("/operations/{}", utf8_percent_encode(key.as_str(), SEGMENT))
+}
+
+/// Reads the key of a lookup path under the server's profile. The segment
+/// holds the key's characters (`/operations/abc-123`); a segment that starts
+/// with `"` is read as the header's field value itself.
+fn key_from_segment(
+    segment: &str,
+    profile: idemkey_core::KeyProfile,
+) -> Result<IdempotencyKey, KeyError> {
+    if segment.starts_with('"') {
+        return IdempotencyKey::parse(segment.as_bytes(), profile);
+    }
+    // Quote the characters as an sf-string so every profile reads exactly
+    // them; the core still rules on what it accepts.
+    let mut quoted = String::with_capacity(segment.len() + 2);
+    quoted.push('"');
+    for ch in segment.chars() {
+        if ch == '"' || ch == '\\' {
+            quoted.push('\\');
+        }
+        quoted.push(ch);
+    }
+    quoted.push('"');
+    IdempotencyKey::parse(quoted.as_bytes(), profile)
+}
+
+#[derive(Serialize)]
+struct OperationBody<'a> {
+    key: &'a str,
+    operation: &'a str,
+    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replay_until: Option<String>,
+}
+
+/// `GET /operations/{key}`.
+pub(super) async fn show(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(segment): Path<String>,
+) -> Result<Response, ApiError> {
+    let token = bearer_hash(&headers).ok_or_else(Problem::unauthorized)?;
+    let key = key_from_segment(&segment, state.settings().key_profile)?;
+    let record = match state.store().record(token, &ORDER_OPERATION, &key).await? {
+        Authed::Unauthorized => return Err(Problem::unauthorized().into()),
+        Authed::Ok(record) => record,
+    };
+    let now = state.now();
+    let operation = ORDER_OPERATION;
+    let body = match record {
+        None => OperationBody {
+            key: key.as_str(),
+            operation: operation.as_str(),
+            state: "unknown",
+            order: None,
+            created_at: None,
+            replay_until: None,
+        },
+        Some(record) => {
+            let state = match record.stored {
+                Stored::Completed { replay_until, .. } if now < replay_until => "completed",
+                Stored::InFlight { .. } => "in_progress",
+                _ => "expired",
+            };
+            OperationBody {
+                key: key.as_str(),
+                operation: operation.as_str(),
+                state,
+                order: record.resource_id.map(|id| format!("/orders/{id}")),
+                created_at: Some(rfc3339(record.created_at)),
+                replay_until: Some(rfc3339(record.replay_until)),
+            }
+        }
+    };
+    let json = serde_json::to_string(&body).unwrap_or_default();
+    Ok(json_response(StatusCode::OK, json))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idemkey_core::KeyProfile;
+
+    #[test]
+    fn lookup_paths_round_trip_through_the_segment_reader() {
+        for raw in ["abc-123", r#"a"b\c"#, "a/b?c#d%e f"] {
+            let key = key_from_segment(raw, KeyProfile::Strict).unwrap();
+            assert_eq!(key.as_str(), raw);
+            let path = lookup_path(&key);
+            let segment = path.strip_prefix("/operations/").unwrap();
+            assert!(!segment.contains(['/', '?', '#', ' ']), "{segment}");
+            let decoded = percent_encoding::percent_decode_str(segment)
+                .decode_utf8()
+                .unwrap();
+            assert_eq!(key_from_segment(&decoded, KeyProfile::Strict).unwrap(), key);
+        }
+    }
+
+    #[test]
+    fn uuid_profile_reads_bare_and_quoted_segments() {
+        let bare = key_from_segment("8E03978E-40D5-43E8-BC93-6894A57F9324", KeyProfile::Uuid);
+        let quoted = key_from_segment(
+            r#""8e03978e-40d5-43e8-bc93-6894a57f9324""#,
+            KeyProfile::Uuid,
+        );
+        assert_eq!(bare.unwrap(), quoted.unwrap());
+        assert!(key_from_segment("not-a-uuid", KeyProfile::Uuid).is_err());
+    }
+}

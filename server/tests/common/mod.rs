@@ -1,0 +1,318 @@
+//! Test harness: a throwaway database per test, the real `idemkey-server`
+//! binary started as child processes, accounts made with its CLI, and an
+//! HTTP client.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use idemkey_testkit::{PgCluster, PgOptions};
+use reqwest::{Client, Response};
+
+/// The server binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_idemkey-server");
+
+/// The article's key.
+pub const ARTICLE_KEY: &str = r#""8e03978e-40d5-43e8-bc93-6894a57f9324""#;
+
+/// A valid order body.
+pub const BODY: &str = r#"{"sku":"LIBRO-TS","quantity":2}"#;
+
+/// Which backend a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A throwaway PostgreSQL cluster.
+    Postgres,
+}
+
+/// Where a test's cluster comes from.
+enum Cluster {
+    Shared(&'static PgCluster),
+    Own(Box<PgCluster>),
+}
+
+/// One test's database.
+pub struct Env {
+    pub backend: Backend,
+    cluster: Cluster,
+    pub db: String,
+    pub url: String,
+}
+
+impl Env {
+    /// A fresh database on the process's shared cluster.
+    pub fn new(backend: Backend) -> Self {
+        let cluster = PgCluster::shared().expect("start PostgreSQL");
+        let db = cluster.fresh_database().expect("create database");
+        Self {
+            backend,
+            cluster: Cluster::Shared(cluster),
+            db: db.name,
+            url: db.url,
+        }
+    }
+
+    /// A fresh database on a cluster of its own, which the test may stop
+    /// and restart.
+    pub fn with_own_cluster(backend: Backend, options: PgOptions) -> Self {
+        let cluster = PgCluster::start_with(options).expect("start PostgreSQL");
+        let url = cluster.create_database("idemkey").expect("create database");
+        Self {
+            backend,
+            cluster: Cluster::Own(Box::new(cluster)),
+            db: "idemkey".into(),
+            url,
+        }
+    }
+
+    /// The cluster (for reading its log, say).
+    pub fn cluster(&self) -> &PgCluster {
+        match &self.cluster {
+            Cluster::Shared(c) => c,
+            Cluster::Own(c) => c,
+        }
+    }
+
+    /// The cluster, to stop or restart it (own clusters only).
+    pub fn cluster_mut(&mut self) -> &mut PgCluster {
+        match &mut self.cluster {
+            Cluster::Shared(_) => panic!("the shared cluster must not be stopped"),
+            Cluster::Own(c) => c,
+        }
+    }
+
+    /// Runs SQL and returns its unaligned output.
+    pub fn sql(&self, sql: &str) -> String {
+        self.cluster().psql(&self.db, sql).expect("psql")
+    }
+
+    /// Rows in `table`.
+    pub fn count(&self, table: &str) -> u64 {
+        self.sql(&format!("SELECT count(*) FROM {table}"))
+            .parse()
+            .expect("a count")
+    }
+
+    /// `(orders, idempotency records)`.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.count("orders"), self.count("idempotency_records"))
+    }
+
+    /// Creates an account with the CLI and returns its token (the last line
+    /// of stdout).
+    pub fn account(&self, name: &str) -> String {
+        let out = Command::new(BIN)
+            .args(["account", "create", name, "--database-url", &self.url])
+            .env_remove("DATABASE_URL")
+            .output()
+            .expect("run account create");
+        assert!(
+            out.status.success(),
+            "account create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8(out.stdout).expect("utf-8");
+        stdout.lines().last().expect("a token line").to_owned()
+    }
+
+    /// Starts `idemkey-server serve` on a free port with extra flags.
+    pub fn serve(&self, extra: &[&str]) -> Server {
+        Server::start(&self.url, extra, false)
+    }
+
+    /// Starts a server with `--test-faults` (and the environment switch).
+    pub fn serve_with_faults(&self, extra: &[&str]) -> Server {
+        Server::start(&self.url, extra, true)
+    }
+}
+
+/// A running `idemkey-server serve` process.
+pub struct Server {
+    child: Child,
+    pub base: String,
+    log: Arc<Mutex<Vec<String>>>,
+    pub client: Client,
+}
+
+impl Server {
+    fn start(url: &str, extra: &[&str], faults: bool) -> Self {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--database-url", url, "--bind", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if faults {
+            cmd.arg("--test-faults")
+                .env("IDEMKEY_ALLOW_TEST_FAULTS", "1");
+        }
+        let mut child = cmd.spawn().expect("spawn idemkey-server");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = tx.send(addr.to_owned());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("server did not start:\n{}", log.lock().unwrap().join("\n"));
+            }
+        };
+        Self {
+            child,
+            base: format!("http://{addr}"),
+            log,
+            client: Client::builder()
+                .pool_max_idle_per_host(0)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("client"),
+        }
+    }
+
+    /// Everything the server logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        self.wait(Duration::from_secs(20))
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `POST /orders` with a token, a key field value and a body.
+    pub async fn post_order(&self, token: &str, key: &str, body: &str) -> Reply {
+        self.post_order_with(token, key, body, &[]).await
+    }
+
+    /// `POST /orders` with extra headers.
+    pub async fn post_order_with(
+        &self,
+        token: &str,
+        key: &str,
+        body: &str,
+        extra: &[(&str, &str)],
+    ) -> Reply {
+        let mut request = self
+            .client
+            .post(format!("{}/orders", self.base))
+            .header("authorization", format!("Bearer {token}"))
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        Reply::from(request.send().await.expect("send")).await
+    }
+
+    /// `GET path` with a token.
+    pub async fn get(&self, token: &str, path: &str) -> Reply {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .header("authorization", format!("Bearer {token}"))
+            .send()
+            .await
+            .expect("send");
+        Reply::from(response).await
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- server log ----\n{}", self.log());
+        }
+    }
+}
+
+/// A response, read whole.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    /// Reads a response.
+    pub async fn from(response: Response) -> Self {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("body of {status}: {e:?}"));
+        Self {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// A header's value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    /// The problem's `code`.
+    pub fn code(&self) -> String {
+        self.json()["code"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Asserts a problem with this status and code, sent as the contract says.
+    pub fn assert_problem(&self, status: u16, code: &str) {
+        assert_eq!(
+            (self.status, self.code().as_str()),
+            (status, code),
+            "{}",
+            self.body
+        );
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        assert_eq!(self.header("cache-control"), Some("no-store"));
+    }
+}
+
+/// A fresh key, in header form.
+pub fn new_key() -> String {
+    format!("\"{}\"", uuid::Uuid::new_v4())
+}
