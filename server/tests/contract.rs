@@ -1,0 +1,419 @@
+//! The HTTP contract around the happy path: every bad input gets its
+//! problem and stores nothing, lookups, expiry policies, the trim task,
+//! bounded lock waits, and the problem fallbacks.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{BODY, Backend, Env, new_key};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// Sends raw bytes and returns the status code of the answer.
+async fn raw_status(base: &str, request: &[u8]) -> u16 {
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut read = 0;
+    while read < 12 {
+        let n = stream.read(&mut buf[read..]).await.unwrap();
+        assert!(n > 0, "connection closed");
+        read += n;
+    }
+    std::str::from_utf8(&buf[9..12]).unwrap().parse().unwrap()
+}
+
+/// Every bad input gets its problem code, stores nothing, and the key of a
+/// rejected request is not consumed.
+async fn every_bad_input_gets_its_problem_and_stores_nothing(backend: Backend) {
+    let env = Env::new(backend);
+    let token = env.account("shop");
+    let server = env.serve(&[]);
+    let key = new_key();
+    let long_key = format!("\"{}\"", "k".repeat(256));
+    let url = format!("{}/orders", server.base);
+    let bearer = format!("Bearer {token}");
+    type Case<'a> = (&'a str, Vec<(&'a str, String)>, String, u16, &'a str);
+    let json = || ("content-type", "application/json".to_owned());
+    let auth = || ("authorization", bearer.clone());
+    let k = |v: &str| ("idempotency-key", v.to_owned());
+    let cases: Vec<Case> = vec![
+        (
+            "missing key",
+            vec![auth(), json()],
+            BODY.into(),
+            400,
+            "idempotency-key-missing",
+        ),
+        (
+            "malformed key",
+            vec![auth(), json(), k("\"open")],
+            BODY.into(),
+            400,
+            "idempotency-key-invalid",
+        ),
+        (
+            "empty key",
+            vec![auth(), json(), k("\"\"")],
+            BODY.into(),
+            400,
+            "idempotency-key-invalid",
+        ),
+        (
+            "too long key",
+            vec![auth(), json(), k(&long_key)],
+            BODY.into(),
+            400,
+            "idempotency-key-invalid",
+        ),
+        (
+            "repeated key",
+            vec![auth(), json(), k(&key), k(&key)],
+            BODY.into(),
+            400,
+            "idempotency-key-invalid",
+        ),
+        (
+            "no token",
+            vec![json(), k(&key)],
+            BODY.into(),
+            401,
+            "unauthorized",
+        ),
+        (
+            "unknown token",
+            vec![
+                ("authorization", "Bearer idk_nobody".into()),
+                json(),
+                k(&key),
+            ],
+            BODY.into(),
+            401,
+            "unauthorized",
+        ),
+        (
+            "not bearer",
+            vec![("authorization", format!("Basic {token}")), json(), k(&key)],
+            BODY.into(),
+            401,
+            "unauthorized",
+        ),
+        (
+            "bad json",
+            vec![auth(), json(), k(&key)],
+            "{\"sku\":".into(),
+            400,
+            "request-invalid",
+        ),
+        (
+            "not an object",
+            vec![auth(), json(), k(&key)],
+            "[1,2]".into(),
+            400,
+            "request-invalid",
+        ),
+        (
+            "extra member",
+            vec![auth(), json(), k(&key)],
+            r#"{"sku":"A","quantity":1,"price":0}"#.into(),
+            400,
+            "request-invalid",
+        ),
+        (
+            "invalid sku",
+            vec![auth(), json(), k(&key)],
+            r#"{"sku":"libro","quantity":1}"#.into(),
+            400,
+            "request-invalid",
+        ),
+        (
+            "quantity 0",
+            vec![auth(), json(), k(&key)],
+            r#"{"sku":"A","quantity":0}"#.into(),
+            400,
+            "request-invalid",
+        ),
+        (
+            "quantity 21",
+            vec![auth(), json(), k(&key)],
+            r#"{"sku":"A","quantity":21}"#.into(),
+            400,
+            "request-invalid",
+        ),
+        (
+            "wrong content type",
+            vec![auth(), ("content-type", "text/plain".into()), k(&key)],
+            BODY.into(),
+            415,
+            "unsupported-media-type",
+        ),
+        (
+            "no content type",
+            vec![auth(), k(&key)],
+            BODY.into(),
+            415,
+            "unsupported-media-type",
+        ),
+        (
+            "oversize body",
+            vec![auth(), json(), k(&key)],
+            format!(r#"{{"sku":"A","quantity":1,"pad":"{}"}}"#, "x".repeat(9000)),
+            413,
+            "payload-too-large",
+        ),
+    ];
+    for (name, headers, body, status, code) in cases {
+        let mut request = server.client.post(&url).body(body);
+        for (h, v) in headers {
+            request = request.header(h, v);
+        }
+        let reply = common::Reply::from(request.send().await.unwrap()).await;
+        assert_eq!(
+            (reply.status, reply.code().as_str()),
+            (status, code),
+            "{name}: {}",
+            reply.body
+        );
+        reply.assert_problem(status, code);
+        assert_eq!(env.counts(), (0, 0), "{name} stored something");
+    }
+    let invalid = server
+        .post_order(&token, &key, r#"{"sku":"A","quantity":1,"x":1}"#)
+        .await;
+    let pointers: Vec<_> = invalid.json()["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(pointers, ["/x"]);
+
+    // A chunked body over the limit, with no Content-Length to check first.
+    let chunk = "x".repeat(9000);
+    let raw = format!(
+        "POST /orders HTTP/1.1\r\nhost: t\r\nauthorization: {bearer}\r\nidempotency-key: {key}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{chunk}\r\n0\r\n\r\n",
+        chunk.len()
+    );
+    assert_eq!(raw_status(&server.base, raw.as_bytes()).await, 413);
+    assert_eq!(env.counts(), (0, 0));
+
+    // The key that every rejected request carried is still free.
+    let ok = server.post_order(&token, &key, BODY).await;
+    assert_eq!(ok.status, 201, "{}", ok.body);
+    assert_eq!(ok.header("idempotent-replayed"), None);
+    assert_eq!(env.counts(), (1, 1));
+}
+
+/// Unknown routes, wrong methods and malformed ids are problems too.
+async fn fallbacks_are_problems(backend: Backend) {
+    let env = Env::new(backend);
+    let token = env.account("shop");
+    let server = env.serve(&[]);
+    server
+        .get(&token, "/nothing-here")
+        .await
+        .assert_problem(404, "not-found");
+    server
+        .get(&token, "/orders/not-a-uuid")
+        .await
+        .assert_problem(404, "not-found");
+    server
+        .get("idk_nobody", "/orders/not-a-uuid")
+        .await
+        .assert_problem(401, "unauthorized");
+    let reply = common::Reply::from(
+        server
+            .client
+            .delete(format!("{}/orders", server.base))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    reply.assert_problem(405, "method-not-allowed");
+    let health = server.get(&token, "/healthz").await;
+    assert_eq!(
+        (health.status, health.header("cache-control")),
+        (200, Some("no-store"))
+    );
+}
+
+/// The lookup tells what became of a key: unknown, completed with the order,
+/// expired after the window (still with the order), and, once the trim task
+/// has made the record a tombstone, still expired with the order and still
+/// guarded against reuse; after the tombstone's retention, unknown.
+async fn lookup_follows_a_key_through_its_retention(backend: Backend) {
+    let env = Env::new(backend);
+    let token = env.account("shop");
+    let server = env.serve(&[
+        "--replay-ttl",
+        "1s",
+        "--tombstone-ttl",
+        "3s",
+        "--trim-interval",
+        "200ms",
+    ]);
+    let key = new_key();
+    let bare = key.trim_matches('"').to_owned();
+    let path = format!("/operations/{bare}");
+    assert_eq!(server.get(&token, &path).await.json()["state"], "unknown");
+    let created = server.post_order(&token, &key, BODY).await;
+    let location = created.header("location").unwrap().to_owned();
+    let done = server.get(&token, &path).await.json();
+    assert_eq!(
+        (done["state"].as_str(), done["order"].as_str()),
+        (Some("completed"), Some(location.as_str()))
+    );
+    assert_eq!(done["operation"], "POST /orders:v1");
+    assert_eq!(done["key"], bare);
+    // Quoted, percent-encoded field value works as well.
+    let quoted = server
+        .get(&token, &format!("/operations/%22{bare}%22"))
+        .await
+        .json();
+    assert_eq!(quoted["state"], "completed");
+
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let trimmed = env.sql(
+        "SELECT status, response_body IS NULL, resource_id IS NOT NULL FROM idempotency_records",
+    );
+    assert_eq!(
+        trimmed, "tombstone|t|t",
+        "the trim task made it a tombstone"
+    );
+    let expired = server.get(&token, &path).await.json();
+    assert_eq!(
+        (expired["state"].as_str(), expired["order"].as_str()),
+        (Some("expired"), Some(location.as_str()))
+    );
+    server
+        .post_order(&token, &key, BODY)
+        .await
+        .assert_problem(410, "idempotency-key-expired");
+    server
+        .post_order(&token, &key, r#"{"sku":"LIBRO-TS","quantity":5}"#)
+        .await
+        .assert_problem(422, "idempotency-key-reused");
+    assert_eq!(env.counts(), (1, 1));
+
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(
+        env.count("idempotency_records"),
+        0,
+        "tombstone deleted after its retention"
+    );
+    assert_eq!(server.get(&token, &path).await.json()["state"], "unknown");
+    assert_eq!(env.count("orders"), 1, "orders are never trimmed");
+    // Another account sees nothing of this key.
+    let other = env.account("other");
+    assert_eq!(server.get(&other, &path).await.json()["state"], "unknown");
+}
+
+/// Under `--expiry-policy reexecute`, a key sent again after its window runs
+/// anew: a new order replaces the record in the same transaction.
+async fn reexecute_policy_runs_the_request_anew_after_the_window(backend: Backend) {
+    let env = Env::new(backend);
+    let token = env.account("shop");
+    let server = env.serve(&["--replay-ttl", "1s", "--expiry-policy", "reexecute"]);
+    let key = new_key();
+    let first = server.post_order(&token, &key, BODY).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let second = server.post_order(&token, &key, BODY).await;
+    assert_eq!(second.status, 201);
+    assert_eq!(second.header("idempotent-replayed"), None);
+    assert_ne!(first.json()["id"], second.json()["id"]);
+    assert_eq!(env.counts(), (2, 1));
+    let replay = server.post_order(&token, &key, BODY).await;
+    assert_eq!((replay.status, replay.body), (201, second.body));
+    server
+        .post_order(&token, &key, r#"{"sku":"LIBRO-TS","quantity":9}"#)
+        .await
+        .assert_problem(422, "idempotency-key-reused");
+}
+
+/// A request that waits longer than `lock_timeout` for a concurrent claimant
+/// of its key gets 409 with Retry-After, and may retry once that ends.
+async fn lock_wait_over_the_timeout_answers_409_with_retry_after(backend: Backend) {
+    let env = std::sync::Arc::new(Env::new(backend));
+    let token = env.account("shop");
+    let server = env.serve(&["--lock-timeout", "300ms"]);
+    let key = new_key();
+    let bare = key.trim_matches('"').to_owned();
+    let holder = {
+        let env = std::sync::Arc::clone(&env);
+        let bare = bare.clone();
+        std::thread::spawn(move || {
+            env.sql(&format!(
+                "BEGIN;
+                 INSERT INTO idempotency_records (account_id, operation, key, fingerprint, status,
+                     response_status, response_body, created_at, replay_until)
+                 SELECT id, 'POST /orders:v1', '{bare}', sha256('x'), 'completed', 201, '{{}}', now(), now() + interval '1 day'
+                 FROM accounts;
+                 SELECT pg_sleep(2);
+                 ROLLBACK;"
+            ))
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let blocked = server.post_order(&token, &key, BODY).await;
+    blocked.assert_problem(409, "idempotency-request-in-progress");
+    assert_eq!(blocked.header("retry-after"), Some("1"));
+    holder.join().unwrap();
+    let retry = server.post_order(&token, &key, BODY).await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(env.counts(), (1, 1));
+}
+
+/// `--test-faults` is refused without the explicit environment switch.
+async fn test_faults_are_refused_in_normal_use(backend: Backend) {
+    let env = Env::new(backend);
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "serve",
+            "--database-url",
+            &env.url,
+            "--bind",
+            "127.0.0.1:0",
+            "--test-faults",
+        ])
+        .env_remove("IDEMKEY_ALLOW_TEST_FAULTS")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("IDEMKEY_ALLOW_TEST_FAULTS"));
+    // Without the flag the fault header is ignored.
+    let token = env.account("shop");
+    let server = env.serve(&[]);
+    let reply = server
+        .post_order_with(
+            &token,
+            &new_key(),
+            BODY,
+            &[("x-idemkey-test-fault", "exit-after-commit")],
+        )
+        .await;
+    assert_eq!(reply.status, 201);
+}
+
+macro_rules! on_each_backend {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
+on_each_backend!(
+    every_bad_input_gets_its_problem_and_stores_nothing,
+    fallbacks_are_problems,
+    lookup_follows_a_key_through_its_retention,
+    reexecute_policy_runs_the_request_anew_after_the_window,
+    lock_wait_over_the_timeout_answers_409_with_retry_after,
+    test_faults_are_refused_in_normal_use,
+);
