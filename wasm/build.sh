@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Builds the idemkey-wasm packages:
+#   wasm/pkg/       ES module for browsers (wasm-bindgen --target web) plus the
+#                   IdempotentClient (wasm/js/), also copied to js-demo/pkg/;
+#   wasm/pkg-node/  CommonJS build for Node (wasm-bindgen --target nodejs).
+# Each has a package.json and TypeScript types. Installs what is missing:
+# the wasm32 target, wasm-bindgen-cli at exactly the version in Cargo.lock,
+# and the npm tools (binaryen's wasm-opt) from wasm/package-lock.json.
+# Nothing downloads a binary at run time.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+wasm_dir="$root/wasm"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}"
+log() { printf '[wasm/build] %s\n' "$*" >&2; }
+cd "$root"
+
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    log "adding the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown
+fi
+
+log "cargo build (profile wasm-release)"
+cargo build --target wasm32-unknown-unknown --profile wasm-release -p idemkey-wasm
+raw_wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/idemkey_wasm.wasm"
+
+# The CLI must equal the wasm-bindgen crate in Cargo.lock, or the generated
+# glue does not match the module.
+want=$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+[[ -n "$want" ]] || { log "no wasm-bindgen in Cargo.lock"; exit 1; }
+have=$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }' || true)
+if [[ "$have" != "$want" ]]; then
+    # Not --locked: the registry mirror lacks some of the newest versions
+    # that wasm-bindgen-cli's own lock file pins.
+    log "installing wasm-bindgen-cli $want (found: ${have:-none}); this takes minutes"
+    cargo install wasm-bindgen-cli --version "$want"
+fi
+
+if [[ ! -x "$wasm_dir/node_modules/.bin/wasm-opt" ]]; then
+    log "npm ci in wasm/ (binaryen, playwright-core)"
+    (cd "$wasm_dir" && npm ci --no-audit --no-fund)
+fi
+# npm's binaryen, never Debian's 108 (its output breaks wasm-bindgen's
+# externref table at load time).
+wasm_opt="$wasm_dir/node_modules/.bin/wasm-opt"
+
+# The features rustc 1.95 enables by default for wasm32-unknown-unknown.
+features=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
+    --enable-mutable-globals --enable-reference-types --enable-multivalue)
+
+package_json() { # dir, main file, kind
+    local dir=$1 main=$2 kind=$3
+    local version
+    version=$(awk -F'"' '/^version = / { print $2; exit }' "$root/Cargo.toml")
+    if [[ $kind == web ]]; then
+        cat >"$dir/package.json" <<EOF
+{
+  "name": "idemkey-wasm",
+  "version": "$version",
+  "description": "Idempotency-Key for browsers: keys, fingerprints, the retry policy (idemkey-core compiled to wasm) and IdempotentClient.",
+  "license": "MIT OR Apache-2.0",
+  "type": "module",
+  "main": "$main",
+  "types": "idemkey_wasm.d.ts",
+  "exports": {
+    ".": { "types": "./idemkey_wasm.d.ts", "default": "./$main" },
+    "./client": { "types": "./idempotent-client.d.ts", "default": "./idempotent-client.js" }
+  },
+  "files": ["idemkey_wasm_bg.wasm", "idemkey_wasm.js", "idemkey_wasm.d.ts", "idemkey_wasm_bg.wasm.d.ts", "idempotent-client.js", "idempotent-client.d.ts"],
+  "sideEffects": ["./snippets/*"]
+}
+EOF
+    else
+        cat >"$dir/package.json" <<EOF
+{
+  "name": "idemkey-wasm-node",
+  "version": "$version",
+  "description": "Idempotency-Key for Node: keys, fingerprints and the retry policy (idemkey-core compiled to wasm).",
+  "license": "MIT OR Apache-2.0",
+  "main": "$main",
+  "types": "idemkey_wasm.d.ts",
+  "files": ["idemkey_wasm_bg.wasm", "idemkey_wasm.js", "idemkey_wasm.d.ts", "idemkey_wasm_bg.wasm.d.ts"]
+}
+EOF
+    fi
+}
+
+for target in web nodejs; do
+    if [[ $target == web ]]; then out="$wasm_dir/pkg"; else out="$wasm_dir/pkg-node"; fi
+    log "wasm-bindgen --target $target -> ${out#"$root"/}"
+    rm -rf "$out"
+    wasm-bindgen --target "$target" --out-dir "$out" "$raw_wasm"
+    "$wasm_opt" -Oz "${features[@]}" "$out/idemkey_wasm_bg.wasm" -o "$out/idemkey_wasm_bg.wasm"
+    if [[ $target == web ]]; then
+        cp "$wasm_dir/js/idempotent-client.js" "$wasm_dir/js/idempotent-client.d.ts" "$out/"
+        package_json "$out" idemkey_wasm.js web
+    else
+        package_json "$out" idemkey_wasm.js node
+    fi
+done
+
+# The demo page imports ./pkg/ (js-demo/pkg is a build output, not committed).
+rm -rf "$root/js-demo/pkg"
+mkdir -p "$root/js-demo"
+cp -r "$wasm_dir/pkg" "$root/js-demo/pkg"
+
+raw=$(stat -c %s "$wasm_dir/pkg/idemkey_wasm_bg.wasm")
+gz=$(gzip -9 -c "$wasm_dir/pkg/idemkey_wasm_bg.wasm" | wc -c)
+log "idemkey_wasm_bg.wasm: $raw bytes raw, $gz bytes gzipped (rustc output: $(stat -c %s "$raw_wasm") bytes)"
+budget=$((60 * 1024))
+if ((gz > budget)); then
+    log "over the size budget: $gz > $budget bytes gzipped"
+    exit 1
+fi

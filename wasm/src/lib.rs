@@ -1,0 +1,364 @@
+//! # idemkey-wasm
+//!
+//! The browser's (and Node's) view of `idemkey-core`, through wasm-bindgen:
+//! a new key from the platform CSPRNG, key parsing under a profile, request
+//! fingerprints, order validation and the client retry policy. It only
+//! converts between JavaScript values and the core's types; every rule lives
+//! in the core, so a browser computes exactly what the server computes. The
+//! clock is read in one place ([`retry_step`], through `Date.now()`), and
+//! only to measure an HTTP-date `Retry-After`.
+//!
+//! Problem documents are plain JSON with a stable `code`: read them with
+//! `JSON.parse`. (Reading them through the core's typed `Problem::from_json`
+//! would add about 18 KB gzipped, mostly float formatting for serde's error
+//! messages, to a module whose budget is 60 KiB.)
+//!
+//! Errors are thrown as JavaScript `Error`s whose `code` is the core's stable
+//! problem code (`idempotency-key-invalid`, `request-invalid`, ...) or, for a
+//! bad argument, `invalid-argument`.
+//!
+//! ```js
+//! import init, { newKey, parseKey, fingerprint, retryStep, orderOperation } from "./pkg/idemkey_wasm.js";
+//! await init();
+//! const key = newKey();                       // "\"1b4e28ba-2fa1-4d3b-a3f5-ef19b5a7633b\""
+//! parseKey(key, "uuid");                      // "1b4e28ba-2fa1-4d3b-a3f5-ef19b5a7633b"
+//! fingerprint(orderOperation(), '{"sku":"LIBRO-TS","quantity":2}'); // 64 hex digits
+//! retryStep(1, { networkError: true }, Math.random()); // { action: "wait", delayMs: 173 }
+//! retryStep(1, { status: 422 }, 0.5);                // { action: "stop" }
+//! ```
+
+use idemkey_core::{
+    AttemptOutcome, Fingerprint, FingerprintError, IdempotencyKey, KeyError, KeyProfile, NewOrder,
+    ORDER_OPERATION, OperationId, RetryPolicy, UnixMillis, UnknownProfile, parse_retry_after,
+};
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::FreeListAllocator> =
+    lol_alloc::LockedAllocator::new(lol_alloc::FreeListAllocator::new());
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &'static str = r#"
+/** What one attempt produced: a response (status and its Retry-After header, if any) or a network error. */
+export interface RetryOutcome { status?: number; retryAfter?: string | null; retryAfterMs?: number | null; networkError?: boolean }
+/** The client's next step: wait and resend with the same key, stop (the request must change), reconcile (look the operation up) or done. */
+export interface RetryStep { action: "wait" | "stop" | "reconcile" | "done"; delayMs?: number }
+/** Retry parameters; the defaults are base 250 ms, cap 30 s, 8 attempts. */
+export interface RetryPolicy { baseMs: number; capMs: number; maxAttempts: number }
+/** An RFC 9457 problem document as sent by idemkey (read it with JSON.parse). */
+export interface Problem { type: string; title: string; status: number; detail: string; code: string; retry_after?: number; lookup?: string; errors?: { pointer: string; detail: string }[] }
+/** A validated order, with its fingerprint. */
+export interface ValidOrder { sku: string; quantity: number; fingerprint: string }
+"#;
+
+/// `newKey(): string`: a UUIDv4 key from `crypto.getRandomValues`, in header
+/// form (a quoted structured-field string), ready for `Idempotency-Key`.
+#[wasm_bindgen(js_name = newKey)]
+pub fn new_key() -> Result<String, JsValue> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| error("random-unavailable", &e.to_string()))?;
+    Ok(IdempotencyKey::from_random_bytes(bytes).to_header_value())
+}
+
+/// `parseKey(headerValue, profile)`: the key's value, unquoted (lowercase
+/// under `uuid`). Throws an `Error` with `code` (`idempotency-key-invalid`)
+/// and `reason` (`syntax`, `empty`, `too-long`, `not-uuid`, ...).
+#[wasm_bindgen(js_name = parseKey)]
+pub fn parse_key(
+    #[wasm_bindgen(js_name = headerValue)] header_value: &str,
+    #[wasm_bindgen(unchecked_param_type = r#""strict" | "lenient" | "uuid""#)] profile: &str,
+) -> Result<String, JsValue> {
+    let profile = parse_profile(profile)?;
+    IdempotencyKey::parse(header_value.as_bytes(), profile)
+        .map(|key| key.as_str().to_owned())
+        .map_err(key_error)
+}
+
+fn parse_profile(profile: &str) -> Result<KeyProfile, JsValue> {
+    profile
+        .parse()
+        // Not `UnknownProfile`'s Display: its `{:?}` pulls Unicode escaping
+        // tables into the module.
+        .map_err(|_: UnknownProfile| invalid_argument("profile must be strict, lenient or uuid"))
+}
+
+fn key_error(e: KeyError) -> JsValue {
+    let err = error(e.code().as_str(), &e.to_string());
+    set(&err, "reason", &e.reason().into());
+    err
+}
+
+/// `parseKeyLines(lines, profile)`: like `parseKey`, for all the
+/// `Idempotency-Key` field lines of a request (none is
+/// `idempotency-key-missing`; more than one is reason `repeated`).
+#[wasm_bindgen(js_name = parseKeyLines)]
+pub fn parse_key_lines(
+    lines: Vec<String>,
+    #[wasm_bindgen(unchecked_param_type = r#""strict" | "lenient" | "uuid""#)] profile: &str,
+) -> Result<String, JsValue> {
+    let profile = parse_profile(profile)?;
+    let lines = lines.iter().map(|line| line.as_bytes());
+    IdempotencyKey::from_field_lines(lines, profile)
+        .map(|key| key.as_str().to_owned())
+        .map_err(key_error)
+}
+
+/// `fingerprint(operation, payloadJson)`: the request fingerprint, 64
+/// lowercase hex digits, identical to the server's for the same payload.
+#[wasm_bindgen]
+pub fn fingerprint(
+    operation: &str,
+    #[wasm_bindgen(js_name = payloadJson)] payload_json: &str,
+) -> Result<String, JsValue> {
+    let operation = OperationId::new(operation).map_err(|_| {
+        invalid_argument("operation must be printable ASCII ending in :v<N>, e.g. POST /orders:v1")
+    })?;
+    // What `Fingerprint::of_json` does, but parsed from bytes like
+    // `NewOrder::from_json`, so the module holds one JSON reader, not two.
+    let payload: serde_json::Value = serde_json::from_slice(payload_json.as_bytes())
+        .map_err(|e| invalid_argument(&FingerprintError::InvalidJson(e.to_string()).to_string()))?;
+    Ok(Fingerprint::of_value(&operation, &payload).to_hex())
+}
+
+/// `orderOperation()`: the operation id of order creation, `POST /orders:v1`.
+#[wasm_bindgen(js_name = orderOperation)]
+pub fn order_operation() -> String {
+    ORDER_OPERATION.as_str().to_owned()
+}
+
+/// `validateOrder(json)`: the order body checked against the contract of
+/// `POST /orders`, with its fingerprint. Throws an `Error` with `code`
+/// `request-invalid` and `problem` (the full problem document, field errors
+/// included).
+#[wasm_bindgen(js_name = validateOrder, unchecked_return_type = "ValidOrder")]
+pub fn validate_order(json: &str) -> Result<JsValue, JsValue> {
+    #[derive(Serialize)]
+    struct ValidOrder<'a> {
+        sku: &'a str,
+        quantity: u8,
+        fingerprint: String,
+    }
+    let order = NewOrder::from_json(json.as_bytes()).map_err(|problem| {
+        let err = error(problem.code().as_str(), problem.detail());
+        set(&err, "problem", &json_value(&problem.to_json()));
+        err
+    })?;
+    let out = ValidOrder {
+        sku: &order.sku,
+        quantity: order.quantity,
+        fingerprint: order.fingerprint().to_hex(),
+    };
+    Ok(to_js(&out))
+}
+
+/// `retryStep(attempt, outcome, random, policy?)`: what the client does after
+/// attempt number `attempt` (1 for the first send) ended with `outcome`;
+/// `random` is uniform in `[0, 1)`, e.g. `Math.random()`. Returns
+/// `{action: "wait", delayMs}`, `{action: "stop"}`, `{action: "reconcile"}`
+/// or `{action: "done"}`.
+#[wasm_bindgen(js_name = retryStep, unchecked_return_type = "RetryStep")]
+pub fn retry_step(
+    attempt: u32,
+    #[wasm_bindgen(unchecked_param_type = "RetryOutcome")] outcome: JsValue,
+    random: f64,
+    #[wasm_bindgen(unchecked_param_type = "RetryPolicy | undefined")] policy: JsValue,
+) -> Result<JsValue, JsValue> {
+    let outcome = Outcome::from_js(&outcome)?;
+    let policy = policy_from_js(&policy)?;
+    // The one place this crate reads the clock (an HTTP-date Retry-After is
+    // measured from now).
+    let now = || UnixMillis(js_sys::Date::now() as u64);
+    Ok(to_js(&policy.step(attempt, outcome.into_core(now), random)))
+}
+
+/// `defaultRetryPolicy()`: the core's default retry parameters.
+#[wasm_bindgen(js_name = defaultRetryPolicy, unchecked_return_type = "RetryPolicy")]
+pub fn default_retry_policy() -> JsValue {
+    to_js(&RetryPolicy::default())
+}
+
+/// The JavaScript shape of a retry outcome: `retryAfter` is the header's
+/// text, `retryAfterMs` an already measured wait (the header wins).
+#[derive(Debug, Default)]
+struct Outcome {
+    status: Option<u16>,
+    retry_after: Option<String>,
+    retry_after_ms: Option<u64>,
+    network_error: bool,
+}
+
+impl Outcome {
+    /// Reads the members by hand rather than through serde: smaller code.
+    fn from_js(value: &JsValue) -> Result<Self, JsValue> {
+        if !value.is_object() {
+            return Err(invalid_argument("outcome must be an object"));
+        }
+        let status = match number(value, "status")? {
+            None => None,
+            Some(n) => Some(
+                u16::try_from(n).map_err(|_| invalid_argument("status must be an HTTP status"))?,
+            ),
+        };
+        Ok(Self {
+            status,
+            retry_after: get(value, "retryAfter").as_string(),
+            retry_after_ms: number(value, "retryAfterMs")?,
+            network_error: get(value, "networkError").as_bool().unwrap_or(false),
+        })
+    }
+
+    /// `now` is called only for a `Retry-After` header.
+    fn into_core(self, now: impl FnOnce() -> UnixMillis) -> AttemptOutcome {
+        match self.status {
+            Some(status) if !self.network_error => AttemptOutcome::Response {
+                status,
+                retry_after_ms: match self.retry_after {
+                    Some(header) => parse_retry_after(&header, now()),
+                    None => self.retry_after_ms,
+                },
+            },
+            // No status means no response arrived.
+            _ => AttemptOutcome::NetworkError,
+        }
+    }
+}
+
+/// `{baseMs, capMs, maxAttempts}`, each member optional (the default's).
+fn policy_from_js(value: &JsValue) -> Result<RetryPolicy, JsValue> {
+    let default = RetryPolicy::default();
+    if value.is_undefined() || value.is_null() {
+        return Ok(default);
+    }
+    Ok(RetryPolicy {
+        base_ms: number(value, "baseMs")?.unwrap_or(default.base_ms),
+        cap_ms: number(value, "capMs")?.unwrap_or(default.cap_ms),
+        max_attempts: match number(value, "maxAttempts")? {
+            Some(n) => {
+                u32::try_from(n).map_err(|_| invalid_argument("maxAttempts is too large"))?
+            }
+            None => default.max_attempts,
+        },
+    })
+}
+
+fn get(target: &JsValue, name: &str) -> JsValue {
+    js_sys::Reflect::get(target, &name.into()).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// A member that must be absent, `null`, or a whole number `>= 0`.
+fn number(target: &JsValue, name: &str) -> Result<Option<u64>, JsValue> {
+    let value = get(target, name);
+    if value.is_undefined() || value.is_null() {
+        return Ok(None);
+    }
+    match value.as_f64() {
+        // Whole and in range, so the cast is exact.
+        Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= 9_007_199_254_740_991.0 => {
+            Ok(Some(n as u64))
+        }
+        _ => Err(invalid_argument(&format!(
+            "{name} must be a whole number >= 0"
+        ))),
+    }
+}
+
+/// A serialisable value as a plain JavaScript object (through JSON, which
+/// every value here round-trips through exactly).
+fn to_js<T: Serialize>(value: &T) -> JsValue {
+    serde_json::to_string(value).map_or(JsValue::NULL, |s| json_value(&s))
+}
+
+fn json_value(json: &str) -> JsValue {
+    js_sys::JSON::parse(json).unwrap_or(JsValue::NULL)
+}
+
+/// A JavaScript `Error` carrying a stable `code`.
+fn error(code: &str, message: &str) -> JsValue {
+    let err: JsValue = js_sys::Error::new(message).into();
+    set(&err, "code", &code.into());
+    err
+}
+
+fn invalid_argument(message: &str) -> JsValue {
+    error("invalid-argument", message)
+}
+
+fn set(target: &JsValue, name: &str, value: &JsValue) {
+    // Setting a property on a fresh Error object cannot fail.
+    let _ = js_sys::Reflect::set(target, &name.into(), value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never() -> UnixMillis {
+        panic!("the clock must not be read without a Retry-After")
+    }
+
+    fn response(status: u16) -> Outcome {
+        Outcome {
+            status: Some(status),
+            ..Outcome::default()
+        }
+    }
+
+    #[test]
+    fn outcomes_map_to_the_core() {
+        let net = Outcome {
+            network_error: true,
+            ..response(200)
+        };
+        assert_eq!(net.into_core(never), AttemptOutcome::NetworkError);
+        assert_eq!(
+            Outcome::default().into_core(never),
+            AttemptOutcome::NetworkError
+        );
+        let busy = Outcome {
+            retry_after: Some("2".into()),
+            ..response(409)
+        };
+        assert_eq!(
+            busy.into_core(|| UnixMillis(0)),
+            AttemptOutcome::Response {
+                status: 409,
+                retry_after_ms: Some(2_000)
+            }
+        );
+        let measured = Outcome {
+            retry_after_ms: Some(1_500),
+            ..response(503)
+        };
+        assert_eq!(
+            measured.into_core(never),
+            AttemptOutcome::Response {
+                status: 503,
+                retry_after_ms: Some(1_500)
+            }
+        );
+        assert_eq!(
+            response(201).into_core(never),
+            AttemptOutcome::Response {
+                status: 201,
+                retry_after_ms: None
+            }
+        );
+    }
+
+    #[test]
+    fn http_date_retry_after_is_measured_from_now() {
+        let o = Outcome {
+            retry_after: Some("Sun, 06 Nov 1994 08:49:40 GMT".into()),
+            ..response(503)
+        };
+        assert_eq!(
+            o.into_core(|| UnixMillis(784_111_777_000)),
+            AttemptOutcome::Response {
+                status: 503,
+                retry_after_ms: Some(3_000)
+            }
+        );
+    }
+}

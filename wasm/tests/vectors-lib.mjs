@@ -1,0 +1,141 @@
+// The shared test vectors of core/vectors/ checked against the wasm package.
+// Runs unchanged in Node (vectors.test.mjs) and in Chromium
+// (chromium.test.mjs): no Node APIs, no assertion library.
+//
+// Covered: keys.json (parseKey, parseKeyLines), fingerprints.json
+// (fingerprint), retry.json (retryStep), orders.json (validateOrder). Not
+// covered, because the browser package does not expose them: decisions.json
+// (the server decides) and problems.json (the server builds problems;
+// validateOrder's request-invalid bodies are checked byte for byte).
+
+/** Stable JSON with sorted members, for deep comparisons. */
+function canon(value) {
+  if (Array.isArray(value)) return `[${value.map(canon).join(",")}]`;
+  if (value && typeof value === "object") {
+    return `{${Object.keys(value)
+      .sort()
+      .filter((k) => value[k] !== undefined)
+      .map((k) => `${JSON.stringify(k)}:${canon(value[k])}`)
+      .join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+function expectEqual(got, want, what) {
+  if (canon(got) !== canon(want)) {
+    throw new Error(`${what}: got ${canon(got)}, want ${canon(want)}`);
+  }
+}
+
+function expectThrow(fn, check, what) {
+  let err;
+  try {
+    const value = fn();
+    throw new Error(`${what}: expected an error, got ${JSON.stringify(value)}`);
+  } catch (e) {
+    err = e;
+  }
+  if (err.message.startsWith(`${what}: expected an error`)) throw err;
+  check(err);
+}
+
+/** The outcome shapes retryStep reads, for one vector outcome. */
+function outcomes(outcome) {
+  if (outcome.kind === "networkError") return [{ networkError: true }];
+  const measured = { status: outcome.status, retryAfterMs: outcome.retryAfterMs };
+  if (outcome.retryAfterMs === null || outcome.retryAfterMs === undefined) {
+    return [measured, { status: outcome.status, retryAfter: null }, { status: outcome.status }];
+  }
+  const shapes = [measured];
+  if (outcome.retryAfterMs % 1000 === 0) {
+    // The same wait as a Retry-After header (delay-seconds).
+    shapes.push({ status: outcome.status, retryAfter: String(outcome.retryAfterMs / 1000) });
+  }
+  return shapes;
+}
+
+/**
+ * Runs every vector; returns one result per case: {suite, name, error?}.
+ * @param {typeof import("../pkg/idemkey_wasm.js")} wasm
+ * @param {{keys: any, fingerprints: any, retry: any, orders: any}} vectors
+ */
+export function runVectors(wasm, vectors) {
+  const results = [];
+  const run = (suite, name, fn) => {
+    try {
+      fn();
+      results.push({ suite, name });
+    } catch (e) {
+      results.push({ suite, name, error: String(e && e.message ? e.message : e) });
+    }
+  };
+
+  for (const c of vectors.keys.cases) {
+    run("keys", `${c.name} (${c.profile})`, () => {
+      const attempts = [() => wasm.parseKeyLines(c.lines, c.profile)];
+      if (c.lines.length === 1) attempts.push(() => wasm.parseKey(c.lines[0], c.profile));
+      for (const attempt of attempts) {
+        if ("ok" in c) {
+          expectEqual(attempt(), c.ok, "key");
+        } else {
+          expectThrow(attempt, (err) => {
+            expectEqual({ code: err.code, reason: err.reason }, c.error, "key error");
+            if (!(err instanceof Error)) throw new Error("not an Error");
+          }, "key");
+        }
+      }
+    });
+  }
+
+  for (const c of vectors.fingerprints.cases) {
+    run("fingerprints", c.name, () => {
+      expectEqual(wasm.fingerprint(c.operation, c.payload), c.hex, "fingerprint");
+    });
+  }
+
+  const policy = vectors.retry.policy;
+  expectEqual(wasm.defaultRetryPolicy(), policy, "default retry policy");
+  for (const c of vectors.retry.cases) {
+    run("retry", c.name, () => {
+      for (const outcome of outcomes(c.outcome)) {
+        expectEqual(wasm.retryStep(c.attempt, outcome, c.random), c.step, `step for ${canon(outcome)}`);
+        expectEqual(wasm.retryStep(c.attempt, outcome, c.random, policy), c.step, "explicit policy");
+      }
+    });
+  }
+
+  for (const c of vectors.orders.cases) {
+    run("orders", c.name, () => {
+      if ("ok" in c) {
+        const order = wasm.validateOrder(c.body);
+        expectEqual({ sku: order.sku, quantity: order.quantity }, c.ok, "order");
+        expectEqual(order.fingerprint, wasm.fingerprint(wasm.orderOperation(), c.body), "order fingerprint");
+      } else {
+        expectThrow(() => wasm.validateOrder(c.body), (err) => {
+          expectEqual(err.code, "request-invalid", "code");
+          // Byte for byte: JSON.parse keeps member order.
+          expectEqual(JSON.stringify(err.problem), c.problem, "problem body");
+        }, "order");
+      }
+    });
+  }
+  return results;
+}
+
+/** Properties of newKey that hold for any draw. */
+export function checkNewKeys(wasm, count = 500) {
+  const seen = new Set();
+  for (let i = 0; i < count; i++) {
+    const header = wasm.newKey();
+    if (!/^"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"$/.test(header)) {
+      throw new Error(`not a quoted lowercase UUIDv4: ${header}`);
+    }
+    const value = wasm.parseKey(header, "uuid");
+    if (`"${value}"` !== header || wasm.parseKey(header, "strict") !== value) {
+      throw new Error(`does not round-trip: ${header}`);
+    }
+    seen.add(value);
+  }
+  if (seen.size !== count) throw new Error("repeated keys");
+  return count;
+}

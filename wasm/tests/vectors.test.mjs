@@ -1,0 +1,60 @@
+// The shared vectors through the Node build (wasm/pkg-node).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { runVectors, checkNewKeys } from "./vectors-lib.mjs";
+
+const require = createRequire(import.meta.url);
+const wasm = require("../pkg-node/idemkey_wasm.js");
+const load = (name) =>
+  JSON.parse(readFileSync(new URL(`../../core/vectors/${name}.json`, import.meta.url), "utf8"));
+const vectors = {
+  keys: load("keys"),
+  fingerprints: load("fingerprints"),
+  retry: load("retry"),
+  orders: load("orders"),
+};
+
+const results = runVectors(wasm, vectors);
+for (const r of results) {
+  test(`${r.suite}: ${r.name}`, () => {
+    if (r.error) assert.fail(r.error);
+  });
+}
+
+test("every vector case ran", () => {
+  const expected =
+    vectors.keys.cases.length +
+    vectors.fingerprints.cases.length +
+    vectors.retry.cases.length +
+    vectors.orders.cases.length;
+  assert.equal(results.length, expected);
+});
+
+test("newKey gives distinct quoted UUIDv4 keys that parse back", () => {
+  assert.equal(checkNewKeys(wasm, 2000), 2000);
+});
+
+test("errors carry the core's codes", () => {
+  assert.throws(() => wasm.parseKey("", "strict"), { code: "idempotency-key-invalid", reason: "empty" });
+  assert.throws(() => wasm.parseKeyLines([], "lenient"), { code: "idempotency-key-missing", reason: "missing" });
+  assert.throws(() => wasm.parseKey('"a"', "loose"), { code: "invalid-argument" });
+  assert.throws(() => wasm.fingerprint("POST /orders", "{}"), { code: "invalid-argument" });
+  assert.throws(() => wasm.fingerprint("POST /orders:v1", "{"), { code: "invalid-argument" });
+  assert.throws(() => wasm.retryStep(1, { status: 70000 }, 0.5), { code: "invalid-argument" });
+  assert.throws(() => wasm.retryStep(1, "503", 0.5), { code: "invalid-argument" });
+});
+
+test("an HTTP-date Retry-After is measured from Date.now()", () => {
+  const at = new Date(Date.now() + 120_000).toUTCString();
+  const step = wasm.retryStep(1, { status: 503, retryAfter: at }, 0);
+  assert.equal(step.action, "wait");
+  assert.ok(step.delayMs > 110_000 && step.delayMs <= 120_000, `delay ${step.delayMs}`);
+});
+
+test("a custom policy is honoured", () => {
+  const policy = { baseMs: 1000, capMs: 1000, maxAttempts: 2 };
+  assert.deepEqual(wasm.retryStep(1, { networkError: true }, 0.5, policy), { action: "wait", delayMs: 500 });
+  assert.deepEqual(wasm.retryStep(2, { networkError: true }, 0.5, policy), { action: "reconcile" });
+});
