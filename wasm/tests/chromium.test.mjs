@@ -1,0 +1,41 @@
+// The shared vectors through the web build (wasm/pkg) in headless Chromium,
+// checked by the same code as in Node (vectors-lib.mjs).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { launch, serveStatic } from "./browser.mjs";
+
+const here = (p) => fileURLToPath(new URL(p, import.meta.url));
+
+test("shared vectors give the native answers in Chromium", async () => {
+  const server = await serveStatic({
+    "/pkg/": here("../pkg/"),
+    "/tests/": here("./"),
+    "/vectors/": here("../../core/vectors/"),
+  });
+  const browser = await launch();
+  try {
+    const page = await browser.context.newPage();
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(`${server.url}/`);
+    const results = await page.evaluate(async () => {
+      const wasm = await import("/pkg/idemkey_wasm.js");
+      await wasm.default();
+      const { runVectors, checkNewKeys } = await import("/tests/vectors-lib.mjs");
+      const load = async (name) => (await fetch(`/vectors/${name}.json`)).json();
+      const vectors = { keys: await load("keys"), fingerprints: await load("fingerprints"), retry: await load("retry"), orders: await load("orders") };
+      const total = vectors.keys.cases.length + vectors.fingerprints.cases.length + vectors.retry.cases.length + vectors.orders.cases.length;
+      return { results: runVectors(wasm, vectors), total, newKeys: checkNewKeys(wasm, 1000), ua: navigator.userAgent };
+    });
+    assert.deepEqual(errors, []);
+    const failed = results.results.filter((r) => r.error);
+    assert.deepEqual(failed, [], `failed in ${results.ua}`);
+    assert.equal(results.results.length, results.total);
+    assert.equal(results.newKeys, 1000);
+    console.log(`# ${results.results.length} vector cases and 1000 new keys passed in ${results.ua.match(/Chrome\/[\d.]+/)?.[0]}`);
+  } finally {
+    await browser.close();
+    await server.close();
+  }
+});
