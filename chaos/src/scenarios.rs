@@ -1,0 +1,571 @@
+//! The named scenarios. Each starts its own throwaway database and real
+//! server processes, runs the load while a fault injector works, then
+//! checks the history against the database.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use idemkey_testkit::PgCluster;
+
+use crate::checker::{DbFacts, Report, check, pg_facts, sqlite_facts};
+use crate::driver::{Account, History, LoadConfig, run_load};
+use crate::proxy::Proxy;
+use crate::replication::Pair;
+use crate::rng::Rng;
+use crate::servers::{ServerSet, create_account, server_bin};
+
+/// Every scenario, in the order `all` runs them.
+pub const ALL: [&str; 7] = [
+    "kill9",
+    "pg-immediate",
+    "proxy-cut",
+    "slow-db",
+    "failover",
+    "hostile",
+    "sqlite-kill",
+];
+
+/// How big a run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    /// Seconds per scenario, for CI.
+    Small,
+    /// Minutes per scenario, by hand.
+    Large,
+}
+
+impl Size {
+    fn pick<T>(self, small: T, large: T) -> T {
+        match self {
+            Self::Small => small,
+            Self::Large => large,
+        }
+    }
+}
+
+/// Runs scenario `name`; `Err` when it could not be set up at all.
+pub fn run(name: &str, size: Size, seed: u64) -> Result<Report, String> {
+    let dir = work_dir(name)?;
+    let result = match name {
+        "kill9" => kill9(size, seed, &dir),
+        "pg-immediate" => pg_immediate(size, seed, &dir),
+        "proxy-cut" => proxy_cut(size, seed, &dir),
+        "slow-db" => slow_db(size, seed, &dir),
+        "failover" => failover(size, seed, &dir),
+        "hostile" => crate::hostile::run(size, seed, &dir),
+        "sqlite-kill" => sqlite_kill(size, seed, &dir),
+        other => Err(format!("unknown scenario {other:?}; known: {ALL:?}")),
+    };
+    match &result {
+        Ok(report) if report.ok() || report.pending.is_some() => {
+            let _ = fs::remove_dir_all(&dir);
+        }
+        Ok(_) | Err(_) => eprintln!("chaos: server logs kept in {}", dir.display()),
+    }
+    result.map(|mut r| {
+        r.scenario = name.to_owned();
+        r.seed = seed;
+        r
+    })
+}
+
+fn work_dir(name: &str) -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "idemkey-chaos-{name}-{}-{}",
+        std::process::id(),
+        Rng::fresh_seed() % 100_000
+    ));
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))
+}
+
+fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+    move |err| format!("{what}: {err}")
+}
+
+fn accounts(bin: &Path, url: &str, n: usize) -> Result<Vec<Account>, String> {
+    (0..n)
+        .map(|i| {
+            create_account(bin, url, &format!("chaos-{i}"))
+                .map(|(id, token)| Account { id, token })
+                .map_err(e("account create"))
+        })
+        .collect()
+}
+
+fn string_args(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// What an injector did.
+#[derive(Default)]
+struct Tally {
+    faults: BTreeMap<String, u64>,
+    notes: Vec<String>,
+    violations: Vec<String>,
+}
+
+impl Tally {
+    fn add(&mut self, kind: &str) {
+        *self.faults.entry(kind.to_owned()).or_default() += 1;
+    }
+}
+
+/// Flags shared by the load and the injector.
+#[derive(Clone, Default)]
+struct Flags {
+    faults_done: Arc<AtomicBool>,
+    load_done: Arc<AtomicBool>,
+}
+
+impl Flags {
+    fn load_running(&self) -> bool {
+        !self.load_done.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps up to `d`, returning early (false) once the load has ended.
+    fn sleep(&self, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            if !self.load_running() {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(10).min(end - Instant::now()));
+        }
+        true
+    }
+}
+
+/// Runs the load on `rt` while `inject` runs on another thread; the
+/// injector must return once `flags.load_done` is set.
+fn load_with<I>(
+    rt: &tokio::runtime::Runtime,
+    cfg: LoadConfig,
+    bases: Vec<String>,
+    incarnations: Arc<Vec<std::sync::atomic::AtomicU32>>,
+    accounts: Vec<Account>,
+    inject: I,
+) -> (History, Tally)
+where
+    I: FnOnce(&Flags) -> Tally + Send,
+{
+    let flags = Flags::default();
+    thread::scope(|scope| {
+        let injector = {
+            let flags = flags.clone();
+            scope.spawn(move || {
+                let tally = inject(&flags);
+                flags.faults_done.store(true, Ordering::SeqCst);
+                tally
+            })
+        };
+        let history = rt.block_on(run_load(
+            cfg,
+            bases,
+            incarnations,
+            accounts,
+            Arc::clone(&flags.faults_done),
+        ));
+        flags.load_done.store(true, Ordering::SeqCst);
+        let tally = injector.join().unwrap_or_else(|_| {
+            let mut t = Tally::default();
+            t.violations.push("the fault injector panicked".into());
+            t
+        });
+        (history, tally)
+    })
+}
+
+fn finish(history: &History, facts: Result<DbFacts, String>, tally: Tally) -> Report {
+    let mut report = match facts {
+        Ok(facts) => check("", 0, history, &facts),
+        Err(err) => {
+            let mut r = check("", 0, history, &DbFacts::default());
+            r.violations
+                .insert(0, format!("cannot read the database: {err}"));
+            r
+        }
+    };
+    for (kind, n) in tally.faults {
+        report.fault(&kind, n);
+    }
+    report.notes.extend(tally.notes);
+    report.violations.extend(tally.violations);
+    if report.total_faults() == 0 {
+        report
+            .violations
+            .push("no fault was injected: the scenario proved nothing".into());
+    }
+    report
+}
+
+fn load_config(size: Size, seed: u64) -> LoadConfig {
+    LoadConfig {
+        clients: size.pick(6, 24),
+        min_ops: size.pick(60, 3_000),
+        max_ops: size.pick(2_000, 50_000),
+        seed,
+        ..LoadConfig::default()
+    }
+}
+
+/// Waits until the servers answer `/healthz` (bounded), so that a scenario
+/// starts its faults on a working system.
+fn wait_healthy(rt: &tokio::runtime::Runtime, bases: &[String]) {
+    rt.block_on(async {
+        let client = reqwest::Client::new();
+        for base in bases {
+            for _ in 0..100 {
+                let ok = client
+                    .get(format!("{base}/healthz"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+}
+
+/// `kill -9` of a random server among three, started again after a short
+/// while, repeatedly; some sends also ask the server to exit right after
+/// COMMIT or to drop the response after COMMIT.
+fn kill9(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
+    let bin = server_bin().map_err(e("server binary"))?;
+    let pg = PgCluster::start().map_err(e("PostgreSQL"))?;
+    let url = pg.create_database("chaos").map_err(e("createdb"))?;
+    let accounts = accounts(&bin, &url, 2)?;
+    let mut servers = ServerSet::start(&bin, &url, 3, &string_args(&["--test-faults"]), dir)
+        .map_err(e("servers"))?;
+    let rt = runtime()?;
+    let bases = servers.bases();
+    wait_healthy(&rt, &bases);
+    let mut cfg = load_config(size, seed);
+    cfg.lose_response_rate = 0.03;
+    let kills = size.pick(6, 60);
+    let mut rng = Rng::new(seed ^ 0x6b69_6c6c);
+    let incarnations = servers.incarnations();
+    let (history, tally) = load_with(&rt, cfg, bases, incarnations, accounts, |flags| {
+        let mut t = Tally::default();
+        for _ in 0..kills {
+            if !flags.sleep(Duration::from_millis(rng.range(150, 600))) {
+                break;
+            }
+            let victim = rng.range(0, servers.len() as u64 - 1) as usize;
+            if servers.kill9(victim).is_ok() {
+                t.add("kill-9");
+            }
+            thread::sleep(Duration::from_millis(rng.range(0, 400)));
+            if let Err(err) = servers.spawn(victim) {
+                t.violations.push(format!("restart failed: {err}"));
+            }
+        }
+        // Keep serving until the load is over.
+        while flags.sleep(Duration::from_millis(50)) {
+            servers.revive();
+        }
+        if servers.unexpected_exits > 0 {
+            t.notes.push(format!(
+                "{} server exits on their own (exit-after-commit faults) were restarted",
+                servers.unexpected_exits
+            ));
+        }
+        t
+    });
+    let facts = rt.block_on(pg_facts(&url));
+    Ok(finish(&history, facts, tally))
+}
+
+/// PostgreSQL stopped with `-m immediate` (a crash) and started again,
+/// repeatedly, under load.
+fn pg_immediate(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
+    let bin = server_bin().map_err(e("server binary"))?;
+    let mut pg = PgCluster::start().map_err(e("PostgreSQL"))?;
+    let url = pg.create_database("chaos").map_err(e("createdb"))?;
+    let accounts = accounts(&bin, &url, 2)?;
+    let servers = ServerSet::start(&bin, &url, 2, &[], dir).map_err(e("servers"))?;
+    let rt = runtime()?;
+    let bases = servers.bases();
+    wait_healthy(&rt, &bases);
+    let cfg = load_config(size, seed);
+    let crashes = size.pick(3, 25);
+    let mut rng = Rng::new(seed ^ 0x7067);
+    let (history, tally) = load_with(&rt, cfg, bases, servers.incarnations(), accounts, |flags| {
+        let mut t = Tally::default();
+        for _ in 0..crashes {
+            if !flags.sleep(Duration::from_millis(rng.range(300, 900))) {
+                break;
+            }
+            match pg.stop_immediate() {
+                Ok(()) => t.add("pg-stop-immediate"),
+                Err(err) => t.violations.push(format!("pg stop: {err}")),
+            }
+            thread::sleep(Duration::from_millis(rng.range(50, 1_000)));
+            if let Err(err) = pg.start_again() {
+                t.violations.push(format!("pg start: {err}"));
+                break;
+            }
+        }
+        t
+    });
+    let facts = rt.block_on(pg_facts(&url));
+    drop(servers);
+    Ok(finish(&history, facts, tally))
+}
+
+/// A TCP proxy between the servers and PostgreSQL cuts connections at
+/// random moments, and right after forwarding a commit.
+fn proxy_cut(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
+    let bin = server_bin().map_err(e("server binary"))?;
+    let pg = PgCluster::start().map_err(e("PostgreSQL"))?;
+    let url = pg.create_database("chaos").map_err(e("createdb"))?;
+    let accounts = accounts(&bin, &url, 2)?;
+    let rt = runtime()?;
+    let proxy = rt
+        .block_on(Proxy::start(pg.port(), seed))
+        .map_err(e("proxy"))?;
+    let proxied = format!("postgres://postgres@127.0.0.1:{}/chaos", proxy.port());
+    let servers = ServerSet::start(&bin, &proxied, 2, &[], dir).map_err(e("servers"))?;
+    let bases = servers.bases();
+    wait_healthy(&rt, &bases);
+    let cfg = load_config(size, seed);
+    let rounds = size.pick(12, 150);
+    let mut rng = Rng::new(seed ^ 0x0063_7574);
+    proxy.set_cut_after_commit(0.05);
+    let control = proxy.clone();
+    let (history, mut tally) =
+        load_with(&rt, cfg, bases, servers.incarnations(), accounts, |flags| {
+            let mut t = Tally::default();
+            for _ in 0..rounds {
+                if !flags.sleep(Duration::from_millis(rng.range(50, 400))) {
+                    break;
+                }
+                if rng.chance(0.2) {
+                    control.cut_all();
+                } else {
+                    control.cut_one();
+                }
+            }
+            control.set_cut_after_commit(0.0);
+            t.notes
+                .push("cuts after commit stop with the injector".into());
+            t
+        });
+    let stats = proxy.stats();
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::SeqCst);
+    *tally.faults.entry("cut".into()).or_default() += load(&stats.cuts);
+    *tally.faults.entry("cut-after-commit".into()).or_default() += load(&stats.cuts_after_commit);
+    tally.notes.push(format!(
+        "proxy: {} connections, {} commits forwarded",
+        load(&stats.connections),
+        load(&stats.commits_seen)
+    ));
+    let facts = rt.block_on(pg_facts(&url));
+    drop(servers);
+    Ok(finish(&history, facts, tally))
+}
+
+/// Lock waits longer than `lock_timeout` (an outside session holding
+/// `LOCK TABLE` or row locks) and a pool too small for the clients: the
+/// servers must answer 409/503 with `Retry-After` within bounded time, and
+/// recover.
+fn slow_db(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
+    let bin = server_bin().map_err(e("server binary"))?;
+    let pg = PgCluster::start().map_err(e("PostgreSQL"))?;
+    let url = pg.create_database("chaos").map_err(e("createdb"))?;
+    let accounts = accounts(&bin, &url, 2)?;
+    let args = string_args(&[
+        "--pool-size",
+        "2",
+        "--pool-wait",
+        "300ms",
+        "--lock-timeout",
+        "200ms",
+        "--statement-timeout",
+        "1s",
+    ]);
+    let servers = ServerSet::start(&bin, &url, 2, &args, dir).map_err(e("servers"))?;
+    let rt = runtime()?;
+    let bases = servers.bases();
+    wait_healthy(&rt, &bases);
+    let mut cfg = load_config(size, seed);
+    cfg.clients = size.pick(12, 32);
+    // Every answer is due within lock_timeout + pool_wait + statement_timeout
+    // and change; 5 s means the server hung.
+    cfg.attempt_timeout = Duration::from_secs(5);
+    let holds = size.pick(4, 40);
+    let mut rng = Rng::new(seed ^ 0x736c_6f77);
+    let (history, tally) = load_with(&rt, cfg, bases, servers.incarnations(), accounts, |flags| {
+        let mut t = Tally::default();
+        for i in 0..holds {
+            if !flags.sleep(Duration::from_millis(rng.range(200, 600))) {
+                break;
+            }
+            let hold_ms = rng.range(500, 1_500);
+            let (kind, sql) = if i % 2 == 0 {
+                (
+                    "lock-table",
+                    format!(
+                        "BEGIN; LOCK TABLE idempotency_records IN EXCLUSIVE MODE; \
+                             SELECT pg_sleep({}); COMMIT;",
+                        hold_ms as f64 / 1000.0
+                    ),
+                )
+            } else {
+                (
+                    "row-locks",
+                    format!(
+                        "BEGIN; SELECT count(*) FROM (SELECT 1 FROM accounts FOR UPDATE) l; \
+                             SELECT pg_sleep({}); COMMIT;",
+                        hold_ms as f64 / 1000.0
+                    ),
+                )
+            };
+            match pg.psql("chaos", &sql) {
+                Ok(_) => t.add(kind),
+                Err(err) => t.violations.push(format!("{kind}: {err}")),
+            }
+        }
+        t
+    });
+    let facts = rt.block_on(pg_facts(&url));
+    drop(servers);
+    let mut report = finish(&history, facts, tally);
+    let busy = report.statuses.get("409").copied().unwrap_or(0)
+        + report.statuses.get("503").copied().unwrap_or(0);
+    if busy == 0 {
+        report
+            .violations
+            .push("no 409/503 seen: the locks and the small pool did not bite".into());
+    }
+    Ok(report)
+}
+
+/// A primary with a synchronous standby; servers use a multi-host URL with
+/// `target_session_attrs=read-write`; the primary is killed mid-load and
+/// the standby promoted.
+fn failover(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
+    let bin = server_bin().map_err(e("server binary"))?;
+    let mut made: Option<(String, Vec<Account>)> = None;
+    let pair = Pair::start(&dir.join("standby"), |primary| {
+        let url = primary.create_database("chaos")?;
+        let accounts = accounts(&bin, &url, 2).map_err(std::io::Error::other)?;
+        made = Some((url, accounts));
+        Ok(())
+    })
+    .map_err(e("replication pair"))?;
+    let Some((_, accounts)) = made else {
+        return Err("no accounts".into());
+    };
+    let url = pair.url("chaos");
+    let servers = ServerSet::start(&bin, &url, 2, &[], dir).map_err(e("servers"))?;
+    let rt = runtime()?;
+    let bases = servers.bases();
+    wait_healthy(&rt, &bases);
+    let cfg = load_config(size, seed);
+    let mut rng = Rng::new(seed ^ 0x6661_696c);
+    let mut pair = pair;
+    let (history, tally) = load_with(&rt, cfg, bases, servers.incarnations(), accounts, |flags| {
+        let mut t = Tally::default();
+        if !flags.sleep(Duration::from_millis(
+            size.pick(1_500, 20_000) + rng.range(0, 500),
+        )) {
+            t.violations
+                .push("the load ended before the failover".into());
+            return t;
+        }
+        match pair.primary.stop_immediate() {
+            Ok(()) => t.add("primary-killed"),
+            Err(err) => t.violations.push(format!("kill primary: {err}")),
+        }
+        thread::sleep(Duration::from_millis(rng.range(100, 1_000)));
+        let promoted = Instant::now();
+        match pair.promote() {
+            Ok(()) => t.add("standby-promoted"),
+            Err(err) => t.violations.push(format!("promote: {err}")),
+        }
+        t.notes.push(format!(
+            "promotion took {} ms",
+            promoted.elapsed().as_millis()
+        ));
+        // Keep the load going on the new primary for a while.
+        flags.sleep(Duration::from_millis(size.pick(1_500, 20_000)));
+        t
+    });
+    if pair.standby_in_recovery().unwrap_or(true) {
+        return Err("the standby is still in recovery after promotion".into());
+    }
+    let facts = rt.block_on(pg_facts(&pair.standby.url("chaos")));
+    drop(servers);
+    Ok(finish(&history, facts, tally))
+}
+
+/// Two servers on one SQLite file, one of them killed with SIGKILL now and
+/// then. Pending until the server has an SQLite backend.
+fn sqlite_kill(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
+    let bin = server_bin().map_err(e("server binary"))?;
+    let file = dir.join("chaos.db");
+    let url = format!("sqlite://{}", file.display());
+    let probe = std::process::Command::new(&bin)
+        .args(["migrate", "--database-url", &url])
+        .output()
+        .map_err(e("migrate"))?;
+    if !probe.status.success() {
+        return Ok(Report {
+            pending: Some(format!(
+                "the server does not take {url}: {}",
+                String::from_utf8_lossy(&probe.stderr).trim()
+            )),
+            ..Report::default()
+        });
+    }
+    let accounts = accounts(&bin, &url, 2)?;
+    let mut servers = ServerSet::start(&bin, &url, 2, &string_args(&["--test-faults"]), dir)
+        .map_err(e("servers"))?;
+    let rt = runtime()?;
+    let bases = servers.bases();
+    wait_healthy(&rt, &bases);
+    let mut cfg = load_config(size, seed);
+    cfg.lose_response_rate = 0.02;
+    let kills = size.pick(6, 60);
+    let mut rng = Rng::new(seed ^ 0x7371);
+    let incarnations = servers.incarnations();
+    let (history, tally) = load_with(&rt, cfg, bases, incarnations, accounts, |flags| {
+        let mut t = Tally::default();
+        for _ in 0..kills {
+            if !flags.sleep(Duration::from_millis(rng.range(150, 600))) {
+                break;
+            }
+            let victim = rng.range(0, servers.len() as u64 - 1) as usize;
+            if servers.kill9(victim).is_ok() {
+                t.add("kill-9");
+            }
+            thread::sleep(Duration::from_millis(rng.range(0, 300)));
+            if let Err(err) = servers.spawn(victim) {
+                t.violations.push(format!("restart failed: {err}"));
+            }
+        }
+        while flags.sleep(Duration::from_millis(50)) {
+            servers.revive();
+        }
+        t
+    });
+    drop(servers);
+    Ok(finish(&history, sqlite_facts(&file), tally))
+}

@@ -1,0 +1,284 @@
+//! Real `idemkey-server` processes: found next to this program, started on
+//! fixed loopback ports, killed with SIGKILL and started again on the same
+//! port, their logs kept for evidence.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a started server may take to listen.
+const START_LIMIT: Duration = Duration::from_secs(30);
+
+/// Finds the `idemkey-server` binary: `$IDEMKEY_SERVER_BIN`, else next to
+/// this executable (or its parent, for test binaries in `deps/`).
+pub fn server_bin() -> io::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("IDEMKEY_SERVER_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent().map(Path::to_path_buf);
+    while let Some(d) = dir {
+        let candidate = d.join("idemkey-server");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        if d.file_name().is_some_and(|n| n != "deps") {
+            break;
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        "idemkey-server not found next to this program: build it first \
+         (cargo build -p idemkey-server, same profile) or set IDEMKEY_SERVER_BIN",
+    ))
+}
+
+/// A free TCP port on 127.0.0.1 below the kernel's ephemeral range
+/// (32768 and up), so no outgoing connection takes it while a killed server
+/// is down.
+pub fn free_port() -> io::Result<u16> {
+    let mut rng = crate::rng::Rng::new(crate::rng::Rng::fresh_seed());
+    for _ in 0..200 {
+        let port = rng.range(20_000, 32_000) as u16;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Creates an account with the server's CLI; returns (account id, token).
+pub fn create_account(bin: &Path, url: &str, name: &str) -> io::Result<(String, String)> {
+    let output = Command::new(bin)
+        .args(["account", "create", name, "--database-url", url])
+        .stdin(Stdio::null())
+        .output()?;
+    if !output.status.success() {
+        return Err(io::Error::other(format!(
+            "account create failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let token = stdout.lines().last().unwrap_or_default().trim().to_owned();
+    // "account <uuid> created: <name>"
+    let account = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("account "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_default()
+        .to_owned();
+    if token.is_empty() || account.is_empty() {
+        return Err(io::Error::other(format!("unexpected output: {stdout}")));
+    }
+    Ok((account, token))
+}
+
+/// One server slot: a port and the process currently serving it.
+#[derive(Debug)]
+struct Slot {
+    port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+/// Several servers on one database. Each slot keeps its port across
+/// restarts; [`ServerSet::incarnations`] counts the processes per slot, so
+/// the history can say which process answered.
+#[derive(Debug)]
+pub struct ServerSet {
+    bin: PathBuf,
+    url: String,
+    args: Vec<String>,
+    slots: Vec<Slot>,
+    incarnations: Arc<Vec<AtomicU32>>,
+    /// Processes that exited on their own (not killed by the harness).
+    pub unexpected_exits: u32,
+}
+
+impl ServerSet {
+    /// Starts `n` servers on `url` with extra `serve` flags `args`, logging to
+    /// files under `log_dir`; waits until each listens.
+    pub fn start(
+        bin: &Path,
+        url: &str,
+        n: usize,
+        args: &[String],
+        log_dir: &Path,
+    ) -> io::Result<Self> {
+        fs::create_dir_all(log_dir)?;
+        let mut slots = Vec::with_capacity(n);
+        for i in 0..n {
+            slots.push(Slot {
+                port: free_port()?,
+                child: None,
+                log: log_dir.join(format!("server-{i}.log")),
+            });
+        }
+        let mut set = Self {
+            bin: bin.to_path_buf(),
+            url: url.to_owned(),
+            args: args.to_vec(),
+            incarnations: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
+            slots,
+            unexpected_exits: 0,
+        };
+        for i in 0..n {
+            set.spawn(i)?;
+        }
+        Ok(set)
+    }
+
+    /// Base URLs, `http://127.0.0.1:PORT`, one per slot.
+    pub fn bases(&self) -> Vec<String> {
+        self.slots
+            .iter()
+            .map(|s| format!("http://127.0.0.1:{}", s.port))
+            .collect()
+    }
+
+    /// The incarnation counters (shared with the load driver).
+    pub fn incarnations(&self) -> Arc<Vec<AtomicU32>> {
+        Arc::clone(&self.incarnations)
+    }
+
+    /// How many slots.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether there are no slots.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The pid of slot `i`'s process, if one runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.slots[i].child.as_ref().map(Child::id)
+    }
+
+    /// The log file of slot `i`.
+    pub fn log(&self, i: usize) -> &Path {
+        &self.slots[i].log
+    }
+
+    /// Starts slot `i`'s process and waits until it listens.
+    pub fn spawn(&mut self, i: usize) -> io::Result<()> {
+        let slot = &mut self.slots[i];
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&slot.log)?;
+        let bind = SocketAddr::from((Ipv4Addr::LOCALHOST, slot.port)).to_string();
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["serve", "--database-url", &self.url, "--bind", &bind])
+            .args(&self.args)
+            .env("IDEMKEY_ALLOW_TEST_FAULTS", "1")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let mut child = cmd.spawn()?;
+        self.incarnations[i].fetch_add(1, Ordering::SeqCst);
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                let tail = tail(&slot.log, 2000);
+                return Err(io::Error::other(format!(
+                    "server {i} exited at start ({status}):\n{tail}"
+                )));
+            }
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, slot.port));
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("server {i} did not listen within {START_LIMIT:?}"),
+                ));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        slot.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL for slot `i`'s process (and reaps it).
+    pub fn kill9(&mut self, i: usize) -> io::Result<()> {
+        if let Some(mut child) = self.slots[i].child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Restarts every process that exited on its own; returns how many.
+    /// Start failures (the database down, say) are retried at the next call.
+    pub fn revive(&mut self) -> u32 {
+        let mut revived = 0;
+        for i in 0..self.slots.len() {
+            let exited = match self.slots[i].child.as_mut() {
+                Some(child) => matches!(child.try_wait(), Ok(Some(_))),
+                None => true,
+            };
+            if exited {
+                if self.slots[i].child.take().is_some() {
+                    self.unexpected_exits += 1;
+                }
+                if self.spawn(i).is_ok() {
+                    revived += 1;
+                }
+            }
+        }
+        revived
+    }
+
+    /// Stops every process (SIGKILL: nothing is left to check in them).
+    pub fn stop_all(&mut self) {
+        for i in 0..self.slots.len() {
+            let _ = self.kill9(i);
+        }
+    }
+}
+
+impl Drop for ServerSet {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// Resident memory of a process in KiB, from `/proc/PID/status` (`VmRSS`).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The last `n` bytes of a file, lossily.
+pub fn tail(path: &Path, n: usize) -> String {
+    let bytes = fs::read(path).unwrap_or_default();
+    let start = bytes.len().saturating_sub(n);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// Creates a file (and its parents) and returns it.
+pub fn create_file(path: &Path) -> io::Result<File> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    File::create(path)
+}
