@@ -31,6 +31,9 @@ pub enum Command {
     /// Manage accounts.
     #[command(subcommand)]
     Account(AccountCommand),
+    /// Serve the conformance fixture: test routes behind the idempotency
+    /// layer (see `idemkey_server::fixture`).
+    Fixture(crate::fixture::FixtureArgs),
 }
 
 /// `account` subcommands.

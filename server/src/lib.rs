@@ -41,6 +41,8 @@ use tower_http::set_header::SetResponseHeaderLayer;
 
 pub mod auth;
 pub mod config;
+pub mod fixture;
+pub mod layer;
 pub mod maintenance;
 pub mod problems;
 pub mod routes;

@@ -46,6 +46,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             info!("migrations are up to date");
             Ok(())
         }
+        Command::Fixture(args) => idemkey_server::fixture::run(args).await,
         Command::Account(AccountCommand::Create { name, database }) => {
             let store = open_store(&database, &PgSettings::default()).await?;
             let token = NewToken::generate().map_err(|e| format!("no randomness: {e}"))?;

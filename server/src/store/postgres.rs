@@ -30,7 +30,14 @@ const ORDER: &str = include_str!("postgres/order.sql");
 const TRIM: &str = include_str!("postgres/trim.sql");
 
 /// Versioned migrations, applied in order, each once.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "init", include_str!("postgres/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "init", include_str!("postgres/0001_init.sql")),
+    (
+        2,
+        "idempotency_leases",
+        include_str!("postgres/0002_idempotency_leases.sql"),
+    ),
+];
 
 /// Key of the advisory lock that serialises migrations between processes.
 const MIGRATION_LOCK: i64 = 0x6964_656d_6b65_7901; // "idemkey" + 1
