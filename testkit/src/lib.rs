@@ -770,12 +770,31 @@ impl Tools {
         cmd
     }
 
+    /// Stops the server and waits until the postmaster has exited: `pg_ctl
+    /// stop` returns as soon as `postmaster.pid` is gone, a moment before
+    /// the process itself.
     fn stop(&self, root: &Path, data: &Path, mode: &str) -> io::Result<()> {
+        let postmaster = fs::read_to_string(data.join("postmaster.pid"))
+            .ok()
+            .and_then(|pid_file| pid_file.lines().next()?.trim().parse::<u32>().ok());
         let output = self
             .stop_command(root, data, mode)
             .stdin(Stdio::null())
             .output()?;
-        check("pg_ctl stop", &output)
+        check("pg_ctl stop", &output)?;
+        if let Some(pid) = postmaster {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while process_alive(pid) {
+                if Instant::now() > deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("postmaster {pid} still running 30 s after pg_ctl stop"),
+                    ));
+                }
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Ok(())
     }
 
     /// The template data directory for these binaries, created (with
@@ -921,6 +940,19 @@ fn effective_uid() -> io::Result<u32> {
     let output = Command::new("id").arg("-u").output()?;
     check("id -u", &output)?;
     parse_u32(&output.stdout, "id -u")
+}
+
+/// Whether process `pid` exists and has not exited (a zombie waiting to be
+/// reaped counts as exited). Where there is no `/proc`, assumes it exited.
+fn process_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
 }
 
 fn parse_u32(bytes: &[u8], what: &str) -> io::Result<u32> {
