@@ -230,10 +230,14 @@ impl AnyLeaseStore {
     /// (created and migrated if needed).
     pub async fn open(url: &str) -> Result<Self, StoreError> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let store =
-                PgLeaseStore::connect(url, &crate::store::PgSettings::default()).await?;
+            let store = PgLeaseStore::connect(url, &crate::store::PgSettings::default()).await?;
             Ok(Self::Postgres(store))
         } else if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(StoreError::Unavailable(
+                    "sqlite:// needs a file path".to_owned(),
+                ));
+            }
             Ok(Self::Sqlite(SqliteLeaseStore::open(path).await?))
         } else {
             // The URL may hold a password: never repeat it.

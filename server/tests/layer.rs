@@ -1,0 +1,899 @@
+//! The idempotency layer (lease mode) on both backends: a real SQLite file
+//! in a temporary directory and a real PostgreSQL database from the testkit.
+//!
+//! In-process tests drive the fixture's router (or a small app of their
+//! own) with `oneshot` and a hand-driven clock; process tests start the
+//! `idemkey-server fixture` binary and speak HTTP to it.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::http::{Request, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use idemkey_core::{ExpiryPolicy, Fingerprint, UnixMillis};
+use idemkey_server::Clock;
+use idemkey_server::fixture::{self, Counter};
+use idemkey_server::layer::{AnyLeaseStore, IdempotencyLayer, PgLeaseStore, SqliteLeaseStore};
+use idemkey_server::store::PgSettings;
+use idemkey_testkit::PgCluster;
+use tower::ServiceExt as _;
+
+const BIN: &str = env!("CARGO_BIN_EXE_idemkey-server");
+
+// ---------------------------------------------------------------- set-up
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("idemkey-layer-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One test's database: a URL, and whatever must live as long as it.
+struct Db {
+    url: String,
+    _dir: Option<TempDir>,
+}
+
+fn database(backend: Backend) -> Db {
+    match backend {
+        Backend::Sqlite => {
+            let dir = TempDir::new();
+            let url = format!("sqlite://{}", dir.0.join("leases.db").display());
+            Db {
+                url,
+                _dir: Some(dir),
+            }
+        }
+        Backend::Postgres => {
+            let cluster = PgCluster::shared().expect("start PostgreSQL");
+            let name = format!("lease_{}", uuid::Uuid::new_v4().simple());
+            let url = cluster.create_database(&name).expect("create database");
+            Db { url, _dir: None }
+        }
+    }
+}
+
+async fn open(db: &Db) -> AnyLeaseStore {
+    AnyLeaseStore::open(&db.url).await.expect("open the store")
+}
+
+/// A clock the test moves by hand.
+#[derive(Clone)]
+struct ManualClock(Arc<AtomicU64>);
+
+impl ManualClock {
+    fn new() -> Self {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis();
+        Self(Arc::new(AtomicU64::new(u64::try_from(now).expect("fits"))))
+    }
+
+    fn advance(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).expect("fits");
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    fn clock(&self) -> Clock {
+        let t = Arc::clone(&self.0);
+        Clock::from_fn(move || UnixMillis(t.load(Ordering::SeqCst)))
+    }
+}
+
+/// The fixture's router over `store`, with a hand-driven clock.
+fn fixture_app(
+    store: AnyLeaseStore,
+    clock: &ManualClock,
+    adjust: impl FnOnce(IdempotencyLayer<AnyLeaseStore>) -> IdempotencyLayer<AnyLeaseStore>,
+) -> Router {
+    let layer = adjust(IdempotencyLayer::new(store).clock(clock.clock()));
+    fixture::router(layer, Counter::default())
+}
+
+/// A response read whole.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    async fn from(response: Response) -> Self {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body")
+            .to_vec();
+        Self {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn replayed(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+
+    fn assert_problem(&self, status: u16, code: &str) {
+        let json: serde_json::Value =
+            serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()));
+        assert_eq!(
+            (self.status, json["code"].as_str().unwrap_or_default()),
+            (status, code),
+            "{}",
+            self.text()
+        );
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+    }
+}
+
+async fn send(app: &Router, request: Request<Body>) -> Reply {
+    Reply::from(app.clone().oneshot(request).await.expect("infallible")).await
+}
+
+fn post_to(path: &str, key: Option<&str>, content_type: Option<&str>, body: &str) -> Request<Body> {
+    let mut builder = Request::post(path);
+    if let Some(key) = key {
+        builder = builder.header("idempotency-key", key);
+    }
+    if let Some(content_type) = content_type {
+        builder = builder.header("content-type", content_type);
+    }
+    builder.body(Body::from(body.to_owned())).expect("request")
+}
+
+fn echo(key: &str, body: &str) -> Request<Body> {
+    post_to("/echo", Some(key), Some("application/json"), body)
+}
+
+async fn counter(app: &Router) -> u64 {
+    let reply = send(app, Request::get("/counter").body(Body::empty()).unwrap()).await;
+    assert_eq!(reply.status, 200);
+    let json: serde_json::Value = serde_json::from_slice(&reply.body).expect("json");
+    json["count"].as_u64().expect("a count")
+}
+
+/// An app of the test's own: `POST /work` hangs forever on its first run
+/// (a crashed handler, once the test drops it) and answers `run:N` after.
+fn hanging_app(
+    store: AnyLeaseStore,
+    clock: &ManualClock,
+    lease: Duration,
+) -> (Router, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let app = Router::new()
+        .route(
+            "/work",
+            post(move || {
+                let runs = Arc::clone(&counted);
+                async move {
+                    let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    if n == 1 {
+                        std::future::pending::<()>().await;
+                    }
+                    (StatusCode::OK, format!("run:{n}"))
+                }
+            }),
+        )
+        .route_layer(
+            IdempotencyLayer::new(store)
+                .clock(clock.clock())
+                .lease(lease),
+        );
+    (app, runs)
+}
+
+/// Starts a request whose handler hangs, waits until it runs, then drops
+/// it: the claim stays in flight, as after a crash.
+async fn abandon_a_claim(app: &Router, runs: &AtomicUsize, key: &str) {
+    let task = tokio::spawn(app.clone().oneshot(post_to("/work", Some(key), None, "")));
+    for _ in 0..500 {
+        if runs.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the first request never ran"
+    );
+    task.abort();
+    let _ = task.await;
+}
+
+// ------------------------------------------------------------- scenarios
+
+async fn first_post_runs_once_and_the_retry_replays_it_byte_for_byte(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| l);
+    let body = r#"{"amount": 5, "to": "acct-1"}"#;
+
+    let first = send(&app, echo("k-1", body)).await;
+    assert_eq!(first.status, 201);
+    assert_eq!(first.body, body.as_bytes());
+    assert_eq!(first.header("content-type"), Some("application/json"));
+    assert!(!first.replayed());
+
+    let retry = send(&app, echo("k-1", body)).await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.body, first.body, "byte-identical replay");
+    assert_eq!(retry.header("content-type"), Some("application/json"));
+    assert!(retry.replayed());
+
+    // Member order and whitespace do not change a JSON fingerprint.
+    let reordered = send(&app, echo("k-1", r#"{"to":"acct-1","amount":5}"#)).await;
+    assert!(reordered.replayed());
+    assert_eq!(reordered.body, first.body);
+    assert_eq!(counter(&app).await, 1);
+}
+
+async fn the_same_key_with_another_body_is_422(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| l);
+    assert_eq!(send(&app, echo("k-2", r#"{"n":1}"#)).await.status, 201);
+    send(&app, echo("k-2", r#"{"n":2}"#))
+        .await
+        .assert_problem(422, "idempotency-key-reused");
+    // Another path under the same key is another request too.
+    send(&app, post_to("/status/200", Some("k-2"), None, ""))
+        .await
+        .assert_problem(422, "idempotency-key-reused");
+    assert_eq!(counter(&app).await, 1);
+}
+
+async fn a_concurrent_duplicate_gets_409_with_the_leases_retry_after(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let (app, runs) = hanging_app(open(&db).await, &clock, Duration::from_secs(10));
+    abandon_a_claim(&app, &runs, "k-3").await;
+    let busy = send(&app, post_to("/work", Some("k-3"), None, "")).await;
+    busy.assert_problem(409, "idempotency-request-in-progress");
+    assert_eq!(busy.header("retry-after"), Some("10"));
+    clock.advance(Duration::from_millis(8_500));
+    let busy = send(&app, post_to("/work", Some("k-3"), None, "")).await;
+    assert_eq!(
+        busy.header("retry-after"),
+        Some("2"),
+        "seconds left, rounded up"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+async fn a_claim_whose_lease_is_over_is_taken_over(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let (app, runs) = hanging_app(open(&db).await, &clock, Duration::from_secs(5));
+    abandon_a_claim(&app, &runs, "k-4").await;
+    clock.advance(Duration::from_millis(5_001));
+    let taken = send(&app, post_to("/work", Some("k-4"), None, "")).await;
+    assert_eq!((taken.status, taken.text().as_str()), (200, "run:2"));
+    assert!(!taken.replayed());
+    let retry = send(&app, post_to("/work", Some("k-4"), None, "")).await;
+    assert_eq!(retry.text(), "run:2");
+    assert!(retry.replayed());
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+async fn concurrent_takers_of_an_expired_lease_run_the_handler_once(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let (app, runs) = hanging_app(open(&db).await, &clock, Duration::from_secs(5));
+    abandon_a_claim(&app, &runs, "k-5").await;
+    clock.advance(Duration::from_secs(6));
+    let replies = futures_join(
+        (0..8)
+            .map(|_| send(&app, post_to("/work", Some("k-5"), None, "")))
+            .collect(),
+    )
+    .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "exactly one take-over");
+    for reply in &replies {
+        match reply.status {
+            200 => assert_eq!(reply.text(), "run:2"),
+            409 => reply.assert_problem(409, "idempotency-request-in-progress"),
+            other => panic!("unexpected {other}: {}", reply.text()),
+        }
+    }
+}
+
+async fn concurrent_first_requests_run_the_handler_once(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| l);
+    let replies = futures_join(
+        (0..10)
+            .map(|_| send(&app, post_to("/slow?ms=300", Some("k-6"), None, "")))
+            .collect(),
+    )
+    .await;
+    assert_eq!(counter(&app).await, 1);
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    assert!(ok >= 1);
+    for reply in &replies {
+        match reply.status {
+            200 => assert_eq!(reply.text(), "slept:300"),
+            409 => assert!(reply.header("retry-after").is_some()),
+            other => panic!("unexpected {other}: {}", reply.text()),
+        }
+    }
+}
+
+async fn a_server_error_releases_the_key_and_other_statuses_are_kept(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| l);
+    for _ in 0..2 {
+        let reply = send(&app, post_to("/status/503", Some("k-7"), None, "")).await;
+        assert_eq!((reply.status, reply.text().as_str()), (503, "status:503"));
+        assert!(!reply.replayed());
+    }
+    assert_eq!(counter(&app).await, 2, "each retry after a 5xx runs again");
+    // A 4xx is an answer: stored and replayed.
+    let first = send(&app, post_to("/status/404", Some("k-8"), None, "")).await;
+    let retry = send(&app, post_to("/status/404", Some("k-8"), None, "")).await;
+    assert_eq!((retry.status, retry.text().as_str()), (404, "status:404"));
+    assert_eq!(retry.header("content-type"), Some("text/plain"));
+    assert!(!first.replayed() && retry.replayed());
+    assert_eq!(counter(&app).await, 3);
+}
+
+async fn after_the_replay_window_reject_answers_410(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| {
+        l.replay_ttl(Duration::from_secs(60))
+            .expiry_policy(ExpiryPolicy::Reject)
+    });
+    assert_eq!(send(&app, echo("k-9", "1")).await.status, 201);
+    clock.advance(Duration::from_secs(59));
+    assert!(send(&app, echo("k-9", "1")).await.replayed());
+    clock.advance(Duration::from_secs(1));
+    send(&app, echo("k-9", "1"))
+        .await
+        .assert_problem(410, "idempotency-key-expired");
+    // Another payload is still reuse, at any age.
+    send(&app, echo("k-9", "2"))
+        .await
+        .assert_problem(422, "idempotency-key-reused");
+    assert_eq!(counter(&app).await, 1);
+}
+
+async fn after_the_replay_window_reexecute_runs_anew(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| {
+        l.replay_ttl(Duration::from_secs(60))
+            .expiry_policy(ExpiryPolicy::Reexecute)
+    });
+    assert_eq!(send(&app, echo("k-10", "1")).await.status, 201);
+    clock.advance(Duration::from_secs(61));
+    let again = send(&app, echo("k-10", "1")).await;
+    assert_eq!(again.status, 201);
+    assert!(!again.replayed());
+    assert_eq!(counter(&app).await, 2);
+    let retry = send(&app, echo("k-10", "1")).await;
+    assert!(retry.replayed(), "the new execution is replayed");
+    assert_eq!(counter(&app).await, 2);
+}
+
+async fn get_with_a_key_passes_through_untouched(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| l);
+    for keys in [vec!["k-11"], vec!["not, valid"], vec!["a", "b"]] {
+        let mut request = Request::get("/counter");
+        for key in keys {
+            request = request.header("idempotency-key", key);
+        }
+        let reply = send(&app, request.body(Body::empty()).unwrap()).await;
+        assert_eq!(
+            (reply.status, reply.text().as_str()),
+            (200, r#"{"count":0}"#)
+        );
+        assert!(!reply.replayed());
+    }
+    // Nothing was claimed: the key is still free for a POST.
+    assert_eq!(send(&app, echo("k-11", "1")).await.status, 201);
+}
+
+async fn missing_or_invalid_keys_get_the_cores_problems(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| l);
+    send(&app, post_to("/echo", None, None, "x"))
+        .await
+        .assert_problem(400, "idempotency-key-missing");
+    for bad in ["", "\"unterminated", "has space", &"k".repeat(256)] {
+        send(&app, echo(bad, "x"))
+            .await
+            .assert_problem(400, "idempotency-key-invalid");
+    }
+    let repeated = Request::post("/echo")
+        .header("idempotency-key", "a")
+        .header("idempotency-key", "b")
+        .body(Body::from("x"))
+        .unwrap();
+    send(&app, repeated)
+        .await
+        .assert_problem(400, "idempotency-key-invalid");
+    assert_eq!(counter(&app).await, 0);
+}
+
+async fn a_response_over_the_cap_passes_through_and_retries_get_410(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| l.max_stored_response(1000));
+    let within = send(&app, post_to("/large?bytes=1000", Some("k-12"), None, "")).await;
+    assert_eq!(within.body.len(), 1000);
+    let replayed = send(&app, post_to("/large?bytes=1000", Some("k-12"), None, "")).await;
+    assert!(replayed.replayed());
+    assert_eq!(replayed.body, within.body);
+
+    let over = send(&app, post_to("/large?bytes=5000", Some("k-13"), None, "")).await;
+    assert_eq!(over.status, 200);
+    assert_eq!(over.body, vec![b'x'; 5000], "passed through in full");
+    let retry = send(&app, post_to("/large?bytes=5000", Some("k-13"), None, "")).await;
+    retry.assert_problem(410, "idempotency-key-expired");
+    assert!(retry.text().contains("too large"), "{}", retry.text());
+    send(&app, post_to("/large?bytes=1", Some("k-13"), None, ""))
+        .await
+        .assert_problem(422, "idempotency-key-reused");
+    assert_eq!(counter(&app).await, 2, "the handler never ran again");
+}
+
+async fn a_body_over_the_limit_is_413_and_claims_nothing(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| l.max_request_body(16));
+    let big = "x".repeat(17);
+    // Without Content-Length: the bytes read are held to the limit.
+    send(&app, post_to("/echo", Some("k-14"), None, &big))
+        .await
+        .assert_problem(413, "payload-too-large");
+    // With a declared Content-Length: refused before reading.
+    let declared = Request::post("/echo")
+        .header("idempotency-key", "k-14")
+        .header("content-length", "17")
+        .body(Body::from(big))
+        .unwrap();
+    send(&app, declared)
+        .await
+        .assert_problem(413, "payload-too-large");
+    assert_eq!(counter(&app).await, 0);
+    // The key was not consumed.
+    assert_eq!(
+        send(&app, echo("k-14", "16 bytes exactly")).await.status,
+        201
+    );
+}
+
+async fn scopes_keep_callers_apart(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    // For the test only: a real service derives the scope from
+    // authentication, never from a header the caller picks.
+    let app = fixture_app(open(&db).await, &clock, |l| {
+        l.scope_with(|parts| {
+            parts
+                .headers
+                .get("x-test-tenant")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+    });
+    let as_tenant = |tenant: Option<&str>, body: &str| {
+        let mut request = Request::post("/echo").header("idempotency-key", "shared");
+        if let Some(tenant) = tenant {
+            request = request.header("x-test-tenant", tenant);
+        }
+        request.body(Body::from(body.to_owned())).unwrap()
+    };
+    assert_eq!(send(&app, as_tenant(Some("a"), "from a")).await.status, 201);
+    let b = send(&app, as_tenant(Some("b"), "from b")).await;
+    assert_eq!((b.status, b.text().as_str()), (201, "from b"));
+    assert!(!b.replayed());
+    send(&app, as_tenant(None, "x"))
+        .await
+        .assert_problem(401, "unauthorized");
+    assert_eq!(counter(&app).await, 2);
+}
+
+async fn a_custom_fingerprint_decides_what_counts_as_the_same_request(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    // Only the path matters to this fingerprint.
+    let app = fixture_app(open(&db).await, &clock, |l| {
+        l.fingerprint_with(|op, parts, _body| {
+            Ok(Fingerprint::of_value(
+                op,
+                &serde_json::json!(parts.uri.path()),
+            ))
+        })
+    });
+    assert_eq!(send(&app, echo("k-15", "1")).await.text(), "1");
+    let retry = send(&app, echo("k-15", "2")).await;
+    assert!(retry.replayed());
+    assert_eq!(retry.text(), "1");
+}
+
+/// Awaits all futures concurrently (on the current task).
+async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let results: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    let state = Mutex::new((futures, results));
+    std::future::poll_fn(|cx| {
+        let mut guard = state.lock().expect("not poisoned");
+        let (futures, results) = &mut *guard;
+        let mut pending = false;
+        for (future, result) in futures.iter_mut().zip(results.iter_mut()) {
+            if result.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(out) => *result = Some(out),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(
+                results
+                    .iter_mut()
+                    .map(|r| r.take().expect("ready"))
+                    .collect(),
+            )
+        }
+    })
+    .await
+}
+
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    first_post_runs_once_and_the_retry_replays_it_byte_for_byte,
+    the_same_key_with_another_body_is_422,
+    a_concurrent_duplicate_gets_409_with_the_leases_retry_after,
+    a_claim_whose_lease_is_over_is_taken_over,
+    concurrent_takers_of_an_expired_lease_run_the_handler_once,
+    concurrent_first_requests_run_the_handler_once,
+    a_server_error_releases_the_key_and_other_statuses_are_kept,
+    after_the_replay_window_reject_answers_410,
+    after_the_replay_window_reexecute_runs_anew,
+    get_with_a_key_passes_through_untouched,
+    missing_or_invalid_keys_get_the_cores_problems,
+    a_response_over_the_cap_passes_through_and_retries_get_410,
+    a_body_over_the_limit_is_413_and_claims_nothing,
+    scopes_keep_callers_apart,
+    a_custom_fingerprint_decides_what_counts_as_the_same_request,
+);
+
+// ------------------------------------------------------- the fixture binary
+
+/// A running `idemkey-server fixture`.
+struct Fixture {
+    child: Child,
+    base: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Fixture {
+    fn start(args: &[&str]) -> Self {
+        use std::io::{BufRead as _, BufReader};
+        let mut child = Command::new(BIN)
+            .args(["fixture", "--bind", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env_remove("IDEMKEY_FIXTURE_DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the fixture");
+        let stderr = child.stderr.take().expect("piped");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&log);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = tx.send(addr.to_owned());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let Ok(addr) = rx.recv_timeout(Duration::from_secs(30)) else {
+            let _ = child.kill();
+            panic!(
+                "the fixture did not start:\n{}",
+                log.lock().unwrap().join("\n")
+            );
+        };
+        Self {
+            child,
+            base: format!("http://{addr}"),
+            log,
+        }
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for _ in 0..400 {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("the fixture did not stop on SIGTERM");
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn post(&self, path: &str, key: &str) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}{path}", self.base))
+            .header("idempotency-key", key)
+            .send()
+            .await
+            .expect("send")
+    }
+
+    async fn count(&self) -> u64 {
+        let json: serde_json::Value = reqwest::get(format!("{}/counter", self.base))
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("json");
+        json["count"].as_u64().expect("a count")
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- fixture log ----\n{}",
+                self.log.lock().unwrap().join("\n")
+            );
+        }
+    }
+}
+
+fn retry_after(response: &reqwest::Response) -> u64 {
+    response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After in seconds")
+}
+
+/// Two fixture processes on one database: a duplicate sent to the second
+/// while the first still runs `/slow` gets 409, then the replay.
+async fn a_duplicate_on_another_process_during_slow_gets_409(backend: Backend) {
+    let db = database(backend);
+    let one = Fixture::start(&["--database-url", &db.url]);
+    let two = Fixture::start(&["--database-url", &db.url]);
+    let slow = tokio::spawn({
+        let base = one.base.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{base}/slow?ms=1500"))
+                .header("idempotency-key", "\"p-1\"")
+                .send()
+                .await
+                .expect("send")
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let busy = two.post("/slow?ms=1500", "p-1").await;
+    assert_eq!(busy.status(), 409);
+    assert!(retry_after(&busy) >= 1);
+    assert!(retry_after(&busy) <= 30);
+    let first = slow.await.expect("join");
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.text().await.unwrap(), "slept:1500");
+    let replay = two.post("/slow?ms=1500", "p-1").await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.text().await.unwrap(), "slept:1500");
+    assert_eq!(one.count().await + two.count().await, 1);
+}
+
+/// A process killed while its handler runs leaves a claim; after the lease
+/// a retry to a restarted process takes it over.
+async fn a_claim_left_by_a_killed_process_is_taken_over_after_its_lease(backend: Backend) {
+    let db = database(backend);
+    let args = ["--database-url", db.url.as_str(), "--lease", "2s"];
+    let doomed = Fixture::start(&args);
+    let base = doomed.base.clone();
+    let lost = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{base}/slow?ms=1000"))
+            .header("idempotency-key", "p-2")
+            .send()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    doomed.kill();
+    assert!(lost.await.expect("join").is_err(), "the response was lost");
+
+    let fixture = Fixture::start(&args);
+    let busy = fixture.post("/slow?ms=1000", "p-2").await;
+    assert_eq!(busy.status(), 409);
+    let wait = retry_after(&busy);
+    assert!((1..=2).contains(&wait), "{wait}");
+    tokio::time::sleep(Duration::from_secs(wait) + Duration::from_millis(100)).await;
+    let taken = fixture.post("/slow?ms=1000", "p-2").await;
+    assert_eq!(taken.status(), 200);
+    assert!(taken.headers().get("idempotent-replayed").is_none());
+    assert_eq!(fixture.count().await, 1);
+}
+
+/// `--replay-ttl` and `--expiry-policy` on the command line.
+async fn the_fixture_applies_its_expiry_flags(backend: Backend) {
+    for (policy, expect) in [("reject", 410), ("reexecute", 201)] {
+        let db = database(backend);
+        let fixture = Fixture::start(&[
+            "--database-url",
+            &db.url,
+            "--replay-ttl",
+            "1s",
+            "--expiry-policy",
+            policy,
+        ]);
+        assert_eq!(fixture.post("/echo", "p-3").await.status(), 201);
+        assert_eq!(fixture.post("/echo", "p-3").await.status(), 201);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let after = fixture.post("/echo", "p-3").await;
+        assert_eq!(after.status().as_u16(), expect, "{policy}");
+        let runs = if policy == "reject" { 1 } else { 2 };
+        assert_eq!(fixture.count().await, runs, "{policy}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fixture_defaults_to_a_fresh_sqlite_file_and_resets_its_counter() {
+    let fixture = Fixture::start(&[]);
+    let reply = fixture.post("/echo", "p-4").await;
+    assert_eq!(reply.status(), 201);
+    assert_eq!(reply.headers()["cache-control"], "no-store");
+    assert_eq!(fixture.count().await, 1);
+    let reset = reqwest::Client::new()
+        .post(format!("{}/reset", fixture.base))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(reset.status(), 204, "outside the layer: no key needed");
+    assert_eq!(fixture.count().await, 0);
+    let log = fixture.log.lock().unwrap().join("\n");
+    let path = log
+        .split("path=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no database path logged:\n{log}"))
+        .to_owned();
+    assert!(path.contains("idemkey-fixture-"), "{path}");
+    assert!(std::path::Path::new(&path).exists(), "{path}");
+    // A clean stop removes the temporary database.
+    let status = fixture.terminate();
+    assert!(status.success(), "{status}");
+    assert!(!std::path::Path::new(&path).exists(), "{path} left behind");
+}
+
+mod fixture_binary {
+    macro_rules! both {
+        ($($scenario:ident),* $(,)?) => {
+            $(
+                mod $scenario {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn sqlite() {
+                        super::super::$scenario(super::super::Backend::Sqlite).await;
+                    }
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn postgres() {
+                        super::super::$scenario(super::super::Backend::Postgres).await;
+                    }
+                }
+            )*
+        };
+    }
+    both!(
+        a_duplicate_on_another_process_during_slow_gets_409,
+        a_claim_left_by_a_killed_process_is_taken_over_after_its_lease,
+        the_fixture_applies_its_expiry_flags,
+    );
+}
+
+#[tokio::test]
+async fn stores_open_directly() {
+    // The typed constructors, as an app without AnyLeaseStore uses them.
+    let dir = TempDir::new();
+    let sqlite = SqliteLeaseStore::open(dir.0.join("x.db"))
+        .await
+        .expect("sqlite");
+    assert!(sqlite.path().ends_with("x.db"));
+    let cluster = PgCluster::shared().expect("start PostgreSQL");
+    let url = cluster
+        .create_database(&format!("lease_{}", uuid::Uuid::new_v4().simple()))
+        .expect("create database");
+    let pg = PgLeaseStore::connect(&url, &PgSettings::default())
+        .await
+        .expect("postgres");
+    // Migrations are idempotent: opening again applies nothing new.
+    PgLeaseStore::connect(&url, &PgSettings::default())
+        .await
+        .expect("postgres again");
+    drop(pg);
+}
