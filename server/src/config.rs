@@ -52,7 +52,8 @@ pub enum AccountCommand {
 /// Where the data lives.
 #[derive(Clone, Debug, Args)]
 pub struct DatabaseArgs {
-    /// PostgreSQL URL, e.g. postgres://user@127.0.0.1:5432/idemkey.
+    /// postgres://user@host:5432/db or sqlite://PATH; default
+    /// sqlite://idemkey.db in the working directory.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: Option<String>,
 }

@@ -6,7 +6,7 @@ use clap::Parser as _;
 use idemkey_server::auth::NewToken;
 use idemkey_server::config::{AccountCommand, Cli, Command, DatabaseArgs, LogFormat, ServeArgs};
 use idemkey_server::serve::shutdown_signal;
-use idemkey_server::store::{OrderStore as _, PgSettings, PgStore};
+use idemkey_server::store::{DEFAULT_DATABASE_URL, OrderStore as _, PgSettings};
 use idemkey_server::{AnyStore, AppState, Clock, Settings, app, maintenance, serve, telemetry};
 use tokio::net::TcpListener;
 use tracing::{error, info};
@@ -61,15 +61,19 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
+/// The database URL: the flag or `DATABASE_URL`, else the SQLite default.
+fn database_url(database: &DatabaseArgs) -> (&str, bool) {
+    match database.database_url.as_deref() {
+        Some(url) if !url.is_empty() => (url, false),
+        _ => (DEFAULT_DATABASE_URL, true),
+    }
+}
+
 async fn open_store(database: &DatabaseArgs, settings: &PgSettings) -> Result<AnyStore, String> {
-    let url = database
-        .database_url
-        .as_deref()
-        .ok_or("no database: pass --database-url or set DATABASE_URL")?;
-    let store = PgStore::connect(url, settings)
+    let (url, _) = database_url(database);
+    AnyStore::open(url, settings)
         .await
-        .map_err(|e| format!("cannot open the database: {e}"))?;
-    Ok(AnyStore::Postgres(store))
+        .map_err(|e| format!("cannot open the database: {e}"))
 }
 
 async fn run_serve(args: ServeArgs) -> Result<(), String> {
@@ -81,7 +85,23 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         statement_timeout: args.statement_timeout,
         ..PgSettings::default()
     };
-    info!(backend = "postgres", "starting idemkey-server");
+    match database_url(&args.database) {
+        (url, true) => {
+            let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+            info!(
+                "no --database-url or DATABASE_URL: using {url} in {} (SQLite, created on first start)",
+                cwd.display()
+            );
+        }
+        (url, false) => {
+            let backend = if url.starts_with("sqlite://") {
+                "sqlite"
+            } else {
+                "postgres"
+            };
+            info!(backend, "starting idemkey-server");
+        }
+    }
     let store = open_store(&args.database, &pg).await?;
     if args.test_faults {
         info!("test fault injection is ON (x-idemkey-test-fault header)");

@@ -1,6 +1,7 @@
 //! The article's checks, each a named test that reads like its sentence,
 //! run against the real binary and a throwaway database.
 
+#[macro_use]
 mod common;
 
 use common::{ARTICLE_KEY, BODY, Backend, Env, new_key};
@@ -251,19 +252,6 @@ async fn keys_and_orders_survive_a_database_restart(backend: Backend) {
     assert_eq!(env.counts(), (2, 2));
 }
 
-macro_rules! on_each_backend {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
-}
-
 on_each_backend!(
     same_key_twice_returns_the_same_201_and_order_id,
     retry_after_lost_response_replays_the_same_order,
@@ -273,5 +261,6 @@ on_each_backend!(
     failure_while_storing_the_result_rolls_back_the_order_and_the_key,
     process_killed_after_commit_is_recovered_by_the_retry,
     keys_and_orders_survive_a_server_restart,
-    keys_and_orders_survive_a_database_restart,
 );
+
+on_postgres!(keys_and_orders_survive_a_database_restart);

@@ -2,6 +2,7 @@
 //! one database: exactly one order; every 201 identical; the rest 409
 //! problems with Retry-After.
 
+#[macro_use]
 mod common;
 
 use common::{BODY, Backend, Env, Reply, Server, new_key};
@@ -82,19 +83,6 @@ async fn two_processes_starting_at_once_migrate_once(backend: Backend) {
     assert_eq!(a.post_order(&token, &key, BODY).await.status, 201);
     assert_eq!(b.post_order(&token, &key, BODY).await.status, 201);
     assert_eq!(env.counts(), (1, 1));
-}
-
-macro_rules! on_each_backend {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
 }
 
 on_each_backend!(

@@ -2,6 +2,7 @@
 //! problem and stores nothing, lookups, expiry policies, the trim task,
 //! bounded lock waits, and the problem fallbacks.
 
+#[macro_use]
 mod common;
 
 use std::time::Duration;
@@ -276,7 +277,8 @@ async fn lookup_follows_a_key_through_its_retention(backend: Backend) {
 
     tokio::time::sleep(Duration::from_millis(1600)).await;
     let trimmed = env.sql(
-        "SELECT status, response_body IS NULL, resource_id IS NOT NULL FROM idempotency_records",
+        "SELECT status, CASE WHEN response_body IS NULL THEN 't' ELSE 'f' END, \
+         CASE WHEN resource_id IS NOT NULL THEN 't' ELSE 'f' END FROM idempotency_records",
     );
     assert_eq!(
         trimmed, "tombstone|t|t",
@@ -396,24 +398,38 @@ async fn test_faults_are_refused_in_normal_use(backend: Backend) {
     assert_eq!(reply.status, 201);
 }
 
-macro_rules! on_each_backend {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
-}
-
 on_each_backend!(
     every_bad_input_gets_its_problem_and_stores_nothing,
     fallbacks_are_problems,
     lookup_follows_a_key_through_its_retention,
     reexecute_policy_runs_the_request_anew_after_the_window,
-    lock_wait_over_the_timeout_answers_409_with_retry_after,
     test_faults_are_refused_in_normal_use,
 );
+
+on_postgres!(lock_wait_over_the_timeout_answers_409_with_retry_after);
+
+/// With no database URL at all, `serve` uses `sqlite://idemkey.db` in the
+/// working directory, creates it, and says so in its first log line.
+#[test]
+fn serve_without_a_database_url_uses_sqlite_in_the_working_directory() {
+    use std::io::BufRead as _;
+    let dir = std::env::temp_dir().join(format!("idemkey-default-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .current_dir(&dir)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let listening = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("listening on")));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(first.contains("sqlite://idemkey.db"), "{first}");
+    assert!(listening.is_some());
+    assert!(dir.join("idemkey.db").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

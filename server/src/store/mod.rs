@@ -26,8 +26,10 @@ use thiserror::Error;
 use uuid::Uuid;
 
 pub mod postgres;
+pub mod sqlite;
 
 pub use postgres::{PgSettings, PgStore};
+pub use sqlite::SqliteStore;
 
 /// SHA-256 of an API token: the only form in which tokens are stored.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -243,18 +245,55 @@ pub trait OrderStore: Send + Sync + 'static {
 pub enum AnyStore {
     /// PostgreSQL: the shared, multi-instance store.
     Postgres(PgStore),
+    /// SQLite: the embedded, single-host store.
+    Sqlite(SqliteStore),
+}
+
+/// The database used when none is given: a file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://idemkey.db";
+
+impl AnyStore {
+    /// Opens the store a URL names, applying pending migrations:
+    /// `postgres://...` (or `postgresql://`) or `sqlite://PATH` (relative to
+    /// the working directory; `sqlite:///abs/path` for an absolute one).
+    pub async fn open(url: &str, settings: &PgSettings) -> Result<Self, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres(PgStore::connect(url, settings).await?))
+        } else if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(StoreError::Unavailable(
+                    "sqlite:// needs a file path".into(),
+                ));
+            }
+            Ok(Self::Sqlite(SqliteStore::open(path).await?))
+        } else {
+            Err(StoreError::Unavailable(
+                "unknown database URL: use postgres://... or sqlite://PATH".into(),
+            ))
+        }
+    }
+
+    /// `postgres` or `sqlite`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Postgres(_) => "postgres",
+            Self::Sqlite(_) => "sqlite",
+        }
+    }
 }
 
 impl OrderStore for AnyStore {
     async fn ping(&self) -> Result<(), StoreError> {
         match self {
             Self::Postgres(s) => s.ping().await,
+            Self::Sqlite(s) => s.ping().await,
         }
     }
 
     async fn create_account(&self, name: &str, token: TokenHash) -> Result<AccountId, StoreError> {
         match self {
             Self::Postgres(s) => s.create_account(name, token).await,
+            Self::Sqlite(s) => s.create_account(name, token).await,
         }
     }
 
@@ -266,6 +305,7 @@ impl OrderStore for AnyStore {
     ) -> Result<CreateOutcome, StoreError> {
         match self {
             Self::Postgres(s) => s.create_order(token, draft, fault).await,
+            Self::Sqlite(s) => s.create_order(token, draft, fault).await,
         }
     }
 
@@ -277,12 +317,14 @@ impl OrderStore for AnyStore {
     ) -> Result<ReexecuteOutcome, StoreError> {
         match self {
             Self::Postgres(s) => s.reexecute_order(token, draft, now).await,
+            Self::Sqlite(s) => s.reexecute_order(token, draft, now).await,
         }
     }
 
     async fn order(&self, token: TokenHash, id: Uuid) -> Result<Authed<Option<Order>>, StoreError> {
         match self {
             Self::Postgres(s) => s.order(token, id).await,
+            Self::Sqlite(s) => s.order(token, id).await,
         }
     }
 
@@ -294,6 +336,7 @@ impl OrderStore for AnyStore {
     ) -> Result<Authed<Option<Record>>, StoreError> {
         match self {
             Self::Postgres(s) => s.record(token, operation, key).await,
+            Self::Sqlite(s) => s.record(token, operation, key).await,
         }
     }
 
@@ -305,6 +348,7 @@ impl OrderStore for AnyStore {
     ) -> Result<TrimReport, StoreError> {
         match self {
             Self::Postgres(s) => s.trim(now, forget_before, batch).await,
+            Self::Sqlite(s) => s.trim(now, forget_before, batch).await,
         }
     }
 }

@@ -25,12 +25,24 @@ pub const BODY: &str = r#"{"sku":"LIBRO-TS","quantity":2}"#;
 pub enum Backend {
     /// A throwaway PostgreSQL cluster.
     Postgres,
+    /// An SQLite file in a temporary directory.
+    Sqlite,
 }
 
 /// Where a test's cluster comes from.
 enum Cluster {
     Shared(&'static PgCluster),
     Own(Box<PgCluster>),
+    /// The SQLite file's directory, removed on drop.
+    File(std::path::PathBuf),
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Cluster::File(dir) = &self.cluster {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// One test's database.
@@ -44,6 +56,21 @@ pub struct Env {
 impl Env {
     /// A fresh database on the process's shared cluster.
     pub fn new(backend: Backend) -> Self {
+        if backend == Backend::Sqlite {
+            let dir = std::env::temp_dir().join(format!(
+                "idemkey-test-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4()
+            ));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            let file = dir.join("idemkey.db");
+            return Self {
+                backend,
+                url: format!("sqlite://{}", file.display()),
+                db: file.display().to_string(),
+                cluster: Cluster::File(dir),
+            };
+        }
         let cluster = PgCluster::shared().expect("start PostgreSQL");
         let db = cluster.fresh_database().expect("create database");
         Self {
@@ -72,19 +99,23 @@ impl Env {
         match &self.cluster {
             Cluster::Shared(c) => c,
             Cluster::Own(c) => c,
+            Cluster::File(_) => panic!("no cluster under SQLite"),
         }
     }
 
     /// The cluster, to stop or restart it (own clusters only).
     pub fn cluster_mut(&mut self) -> &mut PgCluster {
         match &mut self.cluster {
-            Cluster::Shared(_) => panic!("the shared cluster must not be stopped"),
+            Cluster::Shared(_) | Cluster::File(_) => panic!("no cluster of this test's own"),
             Cluster::Own(c) => c,
         }
     }
 
     /// Runs SQL and returns its unaligned output.
     pub fn sql(&self, sql: &str) -> String {
+        if self.backend == Backend::Sqlite {
+            return sqlite_query(&self.db, sql);
+        }
         self.cluster().psql(&self.db, sql).expect("psql")
     }
 
@@ -126,6 +157,72 @@ impl Env {
     pub fn serve_with_faults(&self, extra: &[&str]) -> Server {
         Server::start(&self.url, extra, true)
     }
+}
+
+/// Runs one query on an SQLite file and prints it as psql -A -t would.
+fn sqlite_query(path: &str, sql: &str) -> String {
+    let conn = rusqlite::Connection::open(path).expect("open sqlite");
+    conn.busy_timeout(Duration::from_secs(10))
+        .expect("busy timeout");
+    let mut stmt = conn.prepare(sql).expect("prepare");
+    let columns = stmt.column_count();
+    let rows = stmt
+        .query_map([], |row| {
+            let mut cells = Vec::new();
+            for i in 0..columns {
+                use rusqlite::types::ValueRef;
+                cells.push(match row.get_ref(i)? {
+                    ValueRef::Null => String::new(),
+                    ValueRef::Integer(n) => n.to_string(),
+                    ValueRef::Real(x) => x.to_string(),
+                    ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                    ValueRef::Blob(b) => format!("{b:02x?}"),
+                });
+            }
+            Ok(cells.join("|"))
+        })
+        .expect("query")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("rows");
+    rows.join("\n")
+}
+
+/// Declares each listed `async fn name(Backend)` as a test on every backend.
+#[allow(unused_macros)]
+macro_rules! on_each_backend {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Sqlite).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Declares each listed `async fn name(Backend)` as a PostgreSQL-only test.
+#[allow(unused_macros)]
+macro_rules! on_postgres {
+    ($($name:ident),* $(,)?) => {
+        mod postgres_only {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
 }
 
 /// A running `idemkey-server serve` process.
