@@ -68,6 +68,9 @@ pub struct Settings {
     pub test_faults: bool,
     /// Directory of the demo's static files, when demo mode is on.
     pub demo_dir: Option<std::path::PathBuf>,
+    /// The demo account's token, served at `GET /demo/token` in demo mode
+    /// (a local demo only: the server binds to 127.0.0.1 by default).
+    pub demo_token: Option<String>,
 }
 
 impl Default for Settings {
@@ -79,6 +82,7 @@ impl Default for Settings {
             expiry_policy: ExpiryPolicy::Reject,
             test_faults: false,
             demo_dir: None,
+            demo_token: None,
         }
     }
 }

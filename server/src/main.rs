@@ -106,6 +106,19 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
     if args.test_faults {
         info!("test fault injection is ON (x-idemkey-test-fault header)");
     }
+    let demo_token = if args.demo {
+        let token = NewToken::generate().map_err(|e| format!("no randomness: {e}"))?;
+        let account = store
+            .add_named_token("demo", token.hash())
+            .await
+            .map_err(|e| format!("cannot set up the demo account: {e}"))?;
+        info!(account = %account.0, dir = %args.demo_dir.display(), "demo mode: serving the demo page at / and its token at /demo/token");
+        // The token goes to stdout only, never to the log.
+        println!("demo account token: {}", token.reveal());
+        Some(token.reveal().to_owned())
+    } else {
+        None
+    };
     let settings = Settings {
         key_profile: args.key_profile,
         replay_ttl: args.replay_ttl,
@@ -113,6 +126,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         expiry_policy: args.expiry_policy,
         test_faults: args.test_faults,
         demo_dir: args.demo.then(|| args.demo_dir.clone()),
+        demo_token,
     };
     let clock = Clock::system();
     let state = AppState::with_clock(store.clone(), settings.clone(), clock.clone());

@@ -398,12 +398,80 @@ async fn test_faults_are_refused_in_normal_use(backend: Backend) {
     assert_eq!(reply.status, 201);
 }
 
+/// Demo mode: the page at `/`, the demo account's token at `/demo/token`,
+/// and the "lose the next response" switch: the order commits, the
+/// connection closes with no response, and the retry replays the order.
+/// A restart keeps the same demo account.
+async fn demo_mode_loses_the_next_response_and_the_retry_replays(backend: Backend) {
+    let env = Env::new(backend);
+    let site = std::env::temp_dir().join(format!("idemkey-site-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("index.html"), "<h1>shop</h1>").unwrap();
+    let site_arg = site.display().to_string();
+    let server = env.serve(&["--demo", "--demo-dir", &site_arg]);
+    let page = server.get("", "/").await;
+    assert_eq!((page.status, page.body.as_str()), (200, "<h1>shop</h1>"));
+    assert_eq!(page.header("cache-control"), Some("no-store"));
+    server
+        .get("", "/missing.js")
+        .await
+        .assert_problem(404, "not-found");
+    let token = server.get("", "/demo/token").await.json()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let armed = server
+        .client
+        .post(format!("{}/demo/lose-next-response", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(armed.status(), 200);
+    let key = new_key();
+    let lost = server
+        .client
+        .post(format!("{}/orders", server.base))
+        .header("authorization", format!("Bearer {token}"))
+        .header("idempotency-key", &key)
+        .header("content-type", "application/json")
+        .body(BODY)
+        .send()
+        .await;
+    assert!(lost.is_err(), "no response at all");
+    assert_eq!(env.counts(), (1, 1));
+    let retry = server.post_order(&token, &key, BODY).await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    // The switch is one-shot.
+    let next = server.post_order(&token, &new_key(), BODY).await;
+    assert_eq!(next.status, 201);
+    drop(server);
+
+    let again = env.serve(&["--demo", "--demo-dir", &site_arg]);
+    let new_token = again.get("", "/demo/token").await.json()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(new_token, token);
+    let lookup = again
+        .get(
+            &new_token,
+            &format!("/operations/{}", key.trim_matches('"')),
+        )
+        .await;
+    assert_eq!(lookup.json()["state"], "completed", "same demo account");
+    assert_eq!(env.count("accounts"), 1);
+    let _ = std::fs::remove_dir_all(&site);
+}
+
 on_each_backend!(
     every_bad_input_gets_its_problem_and_stores_nothing,
     fallbacks_are_problems,
     lookup_follows_a_key_through_its_retention,
     reexecute_policy_runs_the_request_anew_after_the_window,
     test_faults_are_refused_in_normal_use,
+    demo_mode_loses_the_next_response_and_the_retry_replays,
 );
 
 on_postgres!(lock_wait_over_the_timeout_answers_409_with_retry_after);

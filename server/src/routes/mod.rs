@@ -33,7 +33,9 @@ pub fn router(state: AppState) -> Router {
     if let Some(dir) = demo_dir {
         router = router
             .route("/demo/lose-next-response", post(lose_next_response))
-            .fallback_service(ServeDir::new(dir).not_found_service(axum::routing::any(not_found)));
+            .route("/demo/token", get(demo_token))
+            .fallback_service(ServeDir::new(dir).not_found_service(axum::routing::any(not_found)))
+            .layer(axum::middleware::map_response(close_connection));
     } else {
         router = router.fallback(not_found);
     }
@@ -53,6 +55,31 @@ async fn healthz(State(state): State<AppState>) -> Result<Response, ApiError> {
 async fn lose_next_response(State(state): State<AppState>) -> Response {
     state.arm_lose_next_response();
     json_response(StatusCode::OK, r#"{"armed":true}"#.to_owned())
+}
+
+/// Demo mode only: the demo account's token, for the page served next to
+/// it. Acceptable for a local demo bound to 127.0.0.1, never in production.
+async fn demo_token(State(state): State<AppState>) -> Response {
+    match &state.settings().demo_token {
+        Some(token) => json_response(
+            StatusCode::OK,
+            serde_json::json!({ "token": token }).to_string(),
+        ),
+        None => problem_response(&Problem::not_found()),
+    }
+}
+
+/// Demo mode only: every response closes its connection, so the lost
+/// response happens on a fresh connection. When a reused keep-alive
+/// connection closes before any response byte, Chromium resends the POST by
+/// itself (same body, same key); the server replays, and the page never
+/// sees the loss that the demo is about.
+async fn close_connection(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        HeaderValue::from_static("close"),
+    );
+    response
 }
 
 async fn not_found() -> Response {

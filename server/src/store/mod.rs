@@ -194,6 +194,14 @@ pub trait OrderStore: Send + Sync + 'static {
         token: TokenHash,
     ) -> impl Future<Output = Result<AccountId, StoreError>> + Send;
 
+    /// Adds a token to the oldest account called `name`, creating the
+    /// account when there is none (the demo account).
+    fn add_named_token(
+        &self,
+        name: &str,
+        token: TokenHash,
+    ) -> impl Future<Output = Result<AccountId, StoreError>> + Send;
+
     /// Claims the draft's key, inserts the order and stores its response in
     /// one transaction; or returns what is stored under the key.
     fn create_order(
@@ -294,6 +302,13 @@ impl OrderStore for AnyStore {
         match self {
             Self::Postgres(s) => s.create_account(name, token).await,
             Self::Sqlite(s) => s.create_account(name, token).await,
+        }
+    }
+
+    async fn add_named_token(&self, name: &str, token: TokenHash) -> Result<AccountId, StoreError> {
+        match self {
+            Self::Postgres(s) => s.add_named_token(name, token).await,
+            Self::Sqlite(s) => s.add_named_token(name, token).await,
         }
     }
 

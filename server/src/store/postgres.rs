@@ -233,6 +233,43 @@ impl OrderStore for PgStore {
         Ok(AccountId(id))
     }
 
+    async fn add_named_token(&self, name: &str, token: TokenHash) -> Result<AccountId, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        // Two processes starting in demo mode at once make one account.
+        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&name])
+            .await
+            .map_err(db_error)?;
+        let existing = tx
+            .query_opt(
+                "SELECT id FROM accounts WHERE name = $1 ORDER BY created_at, id LIMIT 1",
+                &[&name],
+            )
+            .await
+            .map_err(db_error)?;
+        let id: Uuid = match existing {
+            Some(row) => row.try_get(0).map_err(db_error)?,
+            None => {
+                let id = Uuid::new_v4();
+                tx.execute(
+                    "INSERT INTO accounts (id, name) VALUES ($1, $2)",
+                    &[&id, &name],
+                )
+                .await
+                .map_err(db_error)?;
+                id
+            }
+        };
+        tx.execute(
+            "INSERT INTO api_tokens (token_hash, account_id) VALUES ($1, $2)",
+            &[&&token.0[..], &id],
+        )
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(AccountId(id))
+    }
+
     async fn create_order(
         &self,
         token: TokenHash,

@@ -263,6 +263,42 @@ impl OrderStore for SqliteStore {
         Ok(AccountId(id))
     }
 
+    async fn add_named_token(&self, name: &str, token: TokenHash) -> Result<AccountId, StoreError> {
+        let name = name.to_owned();
+        let new_id = Uuid::new_v4().to_string();
+        let id = self
+            .with_conn(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let existing: Option<String> = tx
+                    .query_row(
+                        "SELECT id FROM accounts WHERE name = ?1 ORDER BY created_at, id LIMIT 1",
+                        [&name],
+                        |row| row.get(0),
+                    )
+                    .optional()?;
+                let id = match existing {
+                    Some(id) => id,
+                    None => {
+                        tx.execute(
+                            "INSERT INTO accounts (id, name) VALUES (?1, ?2)",
+                            params![new_id, name],
+                        )?;
+                        new_id
+                    }
+                };
+                tx.execute(
+                    "INSERT INTO api_tokens (token_hash, account_id) VALUES (?1, ?2)",
+                    params![&token.0[..], id],
+                )?;
+                tx.commit()?;
+                Ok(id)
+            })
+            .await?;
+        Uuid::try_parse(&id)
+            .map(AccountId)
+            .map_err(|_| StoreError::Unavailable("account id is not a UUID".into()))
+    }
+
     async fn create_order(
         &self,
         token: TokenHash,
