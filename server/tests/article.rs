@@ -34,6 +34,10 @@ async fn same_key_twice_returns_the_same_201_and_order_id(backend: Backend) {
     assert_eq!(second.header("idempotent-replayed"), Some("true"));
     assert_eq!(second.header("cache-control"), Some("no-store"));
     assert_eq!(env.counts(), (1, 1));
+    // Logs never contain tokens or request bodies.
+    let log = server.log();
+    assert!(log.contains("order created"), "{log}");
+    assert!(!log.contains(&token) && !log.contains("LIBRO-TS"), "{log}");
 }
 
 /// The response is lost after COMMIT; the retry with the same key gets the
