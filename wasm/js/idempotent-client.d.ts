@@ -15,6 +15,8 @@ export interface StoredOperation {
   body: string;
   /** Fingerprint of (operation, body) when the operation was created, 64 hex digits. */
   fingerprint: string;
+  /** The client's scope (e.g. the account) when the operation was created. */
+  scope: string;
   /** Attempts made so far (counted before each send). */
   attempts: number;
   createdAt: number;
@@ -48,7 +50,8 @@ export type OperationResult =
   | { state: "done"; id: string; key: string; status: number; replayed: boolean; location: string | null; body: unknown }
   | { state: "stopped"; id: string; key: string; status: number; problem?: Problem }
   | { state: "reconciled"; id: string; key: string; lookup: OperationLookup }
-  | { state: "finished-elsewhere"; id: string };
+  | { state: "finished-elsewhere"; id: string }
+  | { state: "other-scope"; id: string };
 
 export type ClientEvent =
   | { type: "update"; op: StoredOperation; remote: boolean }
@@ -59,6 +62,13 @@ export type ClientEvent =
 export interface ClientOptions {
   /** Prefix of every URL, e.g. "https://api.example". Default "" (same origin). */
   baseUrl?: string;
+  /**
+   * Who the operations belong to, e.g. an account id or a hash of the token.
+   * An operation is only sent (and resumed) by a client of the same scope:
+   * the server scopes keys per account, so the same key sent for another
+   * account would create a second effect. Default "".
+   */
+  scope?: string;
   /** Extra request headers, e.g. () => ({ Authorization: `Bearer ${token}` }). */
   headers?: () => Record<string, string> | Promise<Record<string, string>>;
   /** Retry parameters; default the core's (base 250 ms, cap 30 s, 8 attempts). */

@@ -67,6 +67,7 @@ export class IdempotentClient {
   constructor(db, options) {
     this.db = db;
     this.baseUrl = options.baseUrl ?? "";
+    this.scope = options.scope ?? "";
     this.headers = options.headers ?? (() => ({}));
     this.policy = options.policy;
     this.random = options.random ?? Math.random;
@@ -119,6 +120,7 @@ export class IdempotentClient {
       url,
       body: text,
       fingerprint: fingerprint(operation, text),
+      scope: this.scope,
       attempts: 0,
       createdAt: Date.now(),
       nextAttemptAt: 0,
@@ -129,11 +131,14 @@ export class IdempotentClient {
     return this.run(op.id);
   }
 
-  /** Every stored (unfinished) operation, oldest first. @returns {Promise<StoredOperation[]>} */
+  /**
+   * The stored (unfinished) operations of this client's scope, oldest first.
+   * @returns {Promise<StoredOperation[]>}
+   */
   async pending() {
     const tx = this.db.transaction(STORE, "readonly");
     const all = await request(tx.objectStore(STORE).getAll());
-    return all.sort((a, b) => a.createdAt - b.createdAt);
+    return all.filter((op) => (op.scope ?? "") === this.scope).sort((a, b) => a.createdAt - b.createdAt);
   }
 
   /**
@@ -191,6 +196,9 @@ export class IdempotentClient {
       // be gone if another tab finished it).
       const op = await this.#get(id);
       if (!op) return { state: "finished-elsewhere", id };
+      // The key is scoped to the account it was first sent for: sent with
+      // another account's credentials, it would create a second effect.
+      if ((op.scope ?? "") !== this.scope) return { state: "other-scope", id };
       const waitMs = op.nextAttemptAt - Date.now();
       if (waitMs > 0) {
         await sleep(waitMs, this.wakers, id);

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 5: the browser package and the demo shop. Installs what is missing
+# (Debian's chromium and chromium-driver, npm packages from
+# wasm/package-lock.json, wasm-bindgen-cli at the Cargo.lock version),
+# lints idemkey-wasm for wasm32, builds wasm/pkg and wasm/pkg-node
+# (wasm/build.sh, which also checks the 60 KiB gzipped budget), then runs:
+#   wasm/tests/vectors.test.mjs   shared vectors through the Node build
+#   wasm/tests/chromium.test.mjs  the same vectors in headless Chromium
+#   wasm/tests/e2e.test.mjs       js-demo in Chromium against a real
+#                                 `idemkey-server serve --demo` on SQLite
+# Screenshots go to ${IDEMKEY_ARTIFACTS:-~/.cache/idemkey/artifacts}.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}"
+
+command -v node >/dev/null || { echo "50-wasm-browser.sh: node (20+) is required" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "50-wasm-browser.sh: python3 is required" >&2; exit 1; }
+
+if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
+    echo "installing Debian's chromium and chromium-driver"
+    sudo_cmd=()
+    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y chromium chromium-driver
+fi
+
+if [[ ! -d wasm/node_modules/playwright-core || ! -x wasm/node_modules/.bin/wasm-opt ]]; then
+    (cd wasm && npm ci --no-audit --no-fund)
+fi
+
+cargo clippy -p idemkey-wasm --target wasm32-unknown-unknown -- -D warnings
+wasm/build.sh
+cargo build -p idemkey-server --bin idemkey-server
+export IDEMKEY_SERVER_BIN="$CARGO_TARGET_DIR/debug/idemkey-server"
+node --test --test-concurrency=1 wasm/tests/vectors.test.mjs wasm/tests/chromium.test.mjs wasm/tests/e2e.test.mjs
