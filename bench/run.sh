@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# bench/run.sh: the one benchmark command (issue 8). In one run on this machine:
+#   1. builds idemkey-server (release), the core's criterion benches and the article's Node lab
+#      (../shared/peers/seed-node-lab/build-lab.sh, outside the repo, under $W);
+#   2. starts ONE throwaway PostgreSQL 15 cluster with the peer harness's start-pg.sh: initdb
+#      defaults (fsync=on, synchronous_commit=on, shared_buffers=128MB, max_connections=100), only
+#      listen_addresses/port/socket dir changed; database `idempotencia` (the lab's esquema.sql) and
+#      database `idemkey` (our migrations) live side by side in it;
+#   3. counts SQL round trips of one new order and one replay against idemkey-server;
+#   4. measures one after another, with the same wrk settings (-t2, CONNS, DUR s, closed loop), the
+#      DB truncated + CHECKPOINT before every cell, after waiting for a quiet box:
+#        node lab (article code, pg pool max 5) 1 and 2 processes; idemkey-server on PostgreSQL 1 and
+#        2 processes; idemkey-server on SQLite (if the backend exists); workloads new key per request
+#        and replay of one completed key; then bursts of one key by N clients at once;
+#   5. pgbench ceilings on our schema (multi-statement transaction, the server's own 1-round-trip
+#      statement, the replay SELECT, the server's replay statement);
+#   6. optional extras (EXTRAS=1): server variants (RUST_LOG=warn, pool sizes) and a
+#      synchronous_commit=off probe, to show which resource binds;
+#   7. core microbenchmarks (criterion) and the wasm package size;
+#   8. bench/report.py: TSVs -> summary.md (tables, ratios) + chart.png.
+# Results: bench/results/<UTC stamp>/ (git-ignored). Stops its servers and its cluster at the end.
+#
+# Knobs: QUICK=1 (short runs, for trying the harness), DUR (15 s per cell), WARM (3), CONNS ("16 64"),
+# SYSTEMS ("node:1 node:2 idemkey-pg:1 idemkey-pg:2 idemkey-sqlite:1"), KINDS ("new replay"),
+# BURST_N (200), BURST_REPEAT (3), PGBENCH_PLAN, EXTRAS (1), MICRO (1), QUIET_MAX (90 s per cell),
+# NICE (0; -20 = cluster, servers, wrk, pgbench at high CPU priority on a box loaded by others),
+# W (/tmp/idemkey-bench), PGPORT (55449), BASE_PORT (38100), REBUILD_LAB (0), OUT.
+set -euo pipefail
+BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH/.." && pwd)
+PEERDIR=${PEERDIR:-$(cd "$ROOT/.." && pwd)/shared/peers/seed-node-lab}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}
+# shellcheck source=bench/lib.sh
+. "$BENCH/lib.sh"
+
+QUICK=${QUICK:-0}
+if [ "$QUICK" = 1 ]; then
+  DUR=${DUR:-4}; WARM=${WARM:-1}; BURST_N=${BURST_N:-50}; BURST_REPEAT=${BURST_REPEAT:-1}
+  QUIET_MAX=${QUIET_MAX:-6}; EXTRAS=${EXTRAS:-0}; MICRO_ARGS=(--warm-up-time 0.2 --measurement-time 0.5)
+else
+  DUR=${DUR:-15}; WARM=${WARM:-3}; BURST_N=${BURST_N:-200}; BURST_REPEAT=${BURST_REPEAT:-3}
+  QUIET_MAX=${QUIET_MAX:-90}; EXTRAS=${EXTRAS:-1}; MICRO_ARGS=(--warm-up-time 1 --measurement-time 3)
+fi
+export QUIET_MAX
+CONNS=${CONNS:-"16 64"}
+SYSTEMS=${SYSTEMS:-"node:1 node:2 idemkey-pg:1 idemkey-pg:2 idemkey-sqlite:1"}
+KINDS=${KINDS:-"new replay"}
+PGBENCH_PLAN=${PGBENCH_PLAN:-"new-txn:16 new-1rt:16 new-1rt:64 replay-select:16 replay-select:64 replay-1rt:16 cand-replay-1rt:16 cand-new-1rt:16"}
+MICRO=${MICRO:-1}; REBUILD_LAB=${REBUILD_LAB:-0}
+BASE_PORT=${BASE_PORT:-38100}; P1=$BASE_PORT; P2=$((BASE_PORT + 1))
+OUT=${OUT:-$BENCH/results/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$OUT/logs" "$W"; chmod 1777 "$W"
+export PEER=$W PGPORT          # for the peer's start-pg.sh / stop-pg.sh / build-lab.sh
+SERVER=$CARGO_TARGET_DIR/release/idemkey-server
+SQLITE_DB=$W/idemkey.sqlite
+
+cleanup() { stop_all_procs; "$PEERDIR/stop-pg.sh" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+# ---- 1. build ---------------------------------------------------------------------------------
+command -v wrk >/dev/null || { apt-get update -qq; apt-get install -y -qq wrk; }
+"$PY" -c 'import matplotlib' 2>/dev/null || "$PY" -m pip install -q matplotlib
+log "build idemkey-server (release) and the core's benches"
+(cd "$ROOT" && cargo build -q --release -p idemkey-server --bin idemkey-server)
+[ "$MICRO" = 1 ] && (cd "$ROOT" && cargo bench -q -p idemkey-core --no-run 2>/dev/null)
+if [ "$REBUILD_LAB" = 1 ] || [ ! -s "$W/idempotencia-lab/dist/server.js" ]; then
+  log "build the article's Node lab (peer build-lab.sh) in $W/idempotencia-lab"
+  "$PEERDIR/build-lab.sh" >"$OUT/logs/build-lab.log" 2>&1 || { tail "$OUT/logs/build-lab.log"; exit 1; }
+fi
+
+# ---- 2. one cluster ----------------------------------------------------------------------------
+log "fresh PostgreSQL cluster on 127.0.0.1:$PGPORT (peer start-pg.sh, initdb defaults, fsync on)"
+"$PEERDIR/stop-pg.sh" --wipe >/dev/null 2>&1 || true
+"$PEERDIR/start-pg.sh" >"$OUT/logs/start-pg.log"
+PG_POSTMASTER=$(head -1 "$W/pgdata/postmaster.pid"); export PG_POSTMASTER
+PSQL postgres -c 'CREATE DATABASE idemkey'
+"$SERVER" migrate --database-url "$IDK_URL" >"$OUT/logs/migrate.log" 2>&1
+TOKEN=$("$SERVER" account create bench --database-url "$IDK_URL" 2>>"$OUT/logs/migrate.log" | tail -1)
+[ -n "$TOKEN" ] || { echo "no token" >&2; exit 1; }
+
+# sqlite backend present? (account create on a sqlite:// URL succeeds)
+SQLITE_TOKEN=
+rm -f "$SQLITE_DB" "$SQLITE_DB"-*
+if SQLITE_TOKEN=$("$SERVER" account create bench --database-url "sqlite://$SQLITE_DB" 2>"$OUT/logs/sqlite-probe.log" | tail -1) \
+   && [ -n "$SQLITE_TOKEN" ]; then
+  log "SQLite backend: available"
+else
+  SQLITE_TOKEN=; log "SQLite backend: not available ($(tail -1 "$OUT/logs/sqlite-probe.log"))"
+fi
+
+{
+  set +e +o pipefail
+  echo "date_utc: $(date -u +%FT%TZ)"; echo "git: $(git -C "$ROOT" rev-parse --short HEAD) $(git -C "$ROOT" status --porcelain -- server | wc -l) uncommitted server files"
+  echo "nproc: $(nproc)"; grep -m1 'model name' /proc/cpuinfo; free -g | sed -n 2p; uname -r
+  echo "node: $(node --version)"; wrk --version 2>&1 | head -1; "$PGBIN/postgres" --version
+  echo "quick: $QUICK dur_s: $DUR conns: $CONNS wrk: -t2 closed loop nice: $NICE"
+  echo "pg_test_fsync (1 s per test, one 8 kB write + flush):"
+  "$PGBIN/pg_test_fsync" -s 1 -f "$W/fsync.tmp" 2>/dev/null | sed -n '/one 8kB write/,/^$/p'; rm -f "$W/fsync.tmp"
+  set -e -o pipefail
+} >"$OUT/machine.txt"
+PSQL postgres -c "SELECT name, setting, unit, source FROM pg_settings WHERE name IN ('fsync','synchronous_commit',
+  'shared_buffers','wal_sync_method','full_page_writes','max_connections','wal_level','max_wal_size',
+  'checkpoint_timeout','commit_delay','work_mem') ORDER BY name" >"$OUT/settings.txt"
+cat "$OUT/machine.txt" "$OUT/settings.txt" >&2
+
+# ---- servers per system ------------------------------------------------------------------------
+# start_system SYS PROCS [extra server args...] -> PORTS, TOK; HEALTH_PATH for the readiness probe.
+start_system() {
+  local sys=$1 procs=$2; shift 2
+  local ports=$P1 p i=0
+  [ "$procs" = 2 ] && ports="$P1,$P2"
+  for p in ${ports//,/ }; do
+    i=$((i + 1))
+    case $sys in
+      node) HEALTH_PATH='' start_proc "$sys-$i" "$p" \
+              env -C "$W/idempotencia-lab" PORT="$p" DATABASE_URL="$LAB_URL" node dist/server.js ;;
+      idemkey-pg) HEALTH_PATH=healthz start_proc "$sys-$i" "$p" \
+              env ${SERVER_ENV:-} "$SERVER" serve --database-url "$IDK_URL" --bind "127.0.0.1:$p" "$@" ;;
+      idemkey-sqlite) HEALTH_PATH=healthz start_proc "$sys-$i" "$p" \
+              env ${SERVER_ENV:-} "$SERVER" serve --database-url "sqlite://$SQLITE_DB" --bind "127.0.0.1:$p" "$@" ;;
+    esac || return 1
+  done
+  PORTS=$ports
+  case $sys in node) API=lab; TOK=;; idemkey-pg) API=; TOK=$TOKEN;; idemkey-sqlite) API=; TOK=$SQLITE_TOKEN;; esac
+}
+count_orders() {
+  case $1 in
+    node) PSQL idempotencia -tAc 'SELECT count(*) FROM pedidos' ;;
+    idemkey-pg) PSQL idemkey -tAc 'SELECT count(*) FROM orders' ;;
+    idemkey-sqlite) sqlite3 -cmd '.timeout 5000' "$SQLITE_DB" 'SELECT count(*) FROM orders' 2>/dev/null || echo NA ;;
+  esac
+}
+reset_db() {
+  PSQL idempotencia -c 'TRUNCATE pedidos, solicitudes_idempotentes'
+  PSQL idemkey -c 'TRUNCATE orders, idempotency_records'
+  if [ -n "$SQLITE_TOKEN" ]; then
+    sqlite3 -cmd '.timeout 5000' "$SQLITE_DB" 'DELETE FROM orders; DELETE FROM idempotency_records; PRAGMA wal_checkpoint(TRUNCATE);' \
+      >/dev/null 2>&1 || true
+  fi
+  PSQL postgres -c 'CHECKPOINT'
+}
+post_once() {  # post_once KEY -> HTTP status of one POST to the first port
+  if [ "$API" = lab ]; then
+    curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P1/pedidos" -H 'Content-Type: application/json' \
+      -H "Idempotency-Key: \"$1\"" --data '{"sku":"LIBRO-TS","cantidad":2}'
+  else
+    curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P1/orders" -H 'Content-Type: application/json' \
+      -H "Authorization: Bearer $TOK" -H "Idempotency-Key: \"$1\"" --data '{"sku":"LIBRO-TS","quantity":2}'
+  fi
+}
+run_wrk() {  # run_wrk CONNS SECONDS SCRIPT [KEY] -> wrk output on stdout
+  KEY=${4:-} API=$API TOKEN=$TOK PORTS=$PORTS WRK_DIR=$BENCH/wrk \
+    RUN_NICE wrk -t2 -c"$1" -d"$2s" --latency -s "$BENCH/wrk/$3" "http://127.0.0.1:$P1"
+}
+
+HTTP_TSV=$OUT/http.tsv
+printf 'system\tvariant\tprocs\tkind\tconns\tdur_s\trequests\trps\tp50_ms\tp90_ms\tp99_ms\tmax_ms\ts201\ts2xx_other\ts409\ts422\ts503\tsother\treplayed\tsock_err\torders_rows\tserver_cpu_s\tserver_cpu_s_per_1k\trss_mb_sum\trss_mb_max\twal_syncs\tcommits\tquiet\tbusy_pct\tpg_cpu_s\tload_cpu_s\tforeign_cpu_s\tsteal_pct\n' >"$HTTP_TSV"
+
+# http_cell SYS VARIANT PROCS KIND CONNS (servers already up)
+http_cell() {
+  local sys=$1 variant=$2 procs=$3 kind=$4 c=$5 key='' script=orders-new.lua q=quiet name pids
+  reset_db
+  if [ "$kind" = replay ]; then
+    key=$(cat /proc/sys/kernel/random/uuid); script=orders-replay.lua
+    [ "$(post_once "$key")" = 201 ] || { log "could not create the replay key on $sys"; return 0; }
+  fi
+  wait_quiet || q=NOISY
+  name="$sys-$variant-p$procs-$kind-c$c"; pids=$(proc_pids)
+  local t0 w0 c0 t1 w1 c1 mon r
+  t0=$(cpu_ticks "$pids"); read -r w0 c0 < <(wal_stats)
+  mon_start "$OUT/logs/$name.mon" "$pids"
+  run_wrk "$c" "$DUR" "$script" "$key" >"$OUT/logs/$name.wrk" 2>&1 || true
+  mon=$(mon_stop "$OUT/logs/$name.mon")
+  t1=$(cpu_ticks "$pids"); read -r w1 c1 < <(wal_stats)
+  local hs hm; read -r hs hm < <(hwm_kb "$pids")
+  r=$(grep '^RESULT' "$OUT/logs/$name.wrk" || echo 'RESULT requests=0')
+  local req cpu se
+  req=$(field requests "$r"); cpu=$(awk -v t=$((t1 - t0)) -v hz="$HZ" 'BEGIN{printf "%.2f", t/hz}')
+  se=$(( $(num err_connect "$r") + $(num err_read "$r") + $(num err_write "$r") + $(num err_timeout "$r") ))
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    "$sys" "$variant" "$procs" "$kind" "$c" "$(field duration_s "$r")" "$req" "$(field rps "$r")" \
+    "$(field p50_ms "$r")" "$(field p90_ms "$r")" "$(field p99_ms "$r")" "$(field max_ms "$r")" \
+    "$(field s201 "$r")" "$(field s2xx "$r")" "$(field s409 "$r")" "$(field s422 "$r")" "$(field s503 "$r")" \
+    "$(field sother "$r")" "$(field replayed "$r")" "$se" "$(count_orders "$sys")" "$cpu" \
+    "$(awk -v c="$cpu" -v n="$req" 'BEGIN{ if (n > 0) printf "%.3f", 1000 * c / n; else print "NA" }')" \
+    "$(awk -v k="$hs" 'BEGIN{printf "%.1f", k/1024}')" "$(awk -v k="$hm" 'BEGIN{printf "%.1f", k/1024}')" \
+    "$((w1 - w0))" "$((c1 - c0))" "$q" "$(field busy_pct "$mon")" "$(field pg_cpu_s "$mon")" \
+    "$(field load_cpu_s "$mon")" "$(field foreign_cpu_s "$mon")" "$(field steal_pct "$mon")" | tee -a "$HTTP_TSV" >&2
+}
+
+BURST_TSV=$OUT/bursts.tsv
+printf 'system\tprocs\trun\tn\tcounts\tdistinct_ids\torders_created\treplayed\twall_ms\tp50_ms\tp99_ms\tmax_ms\texactly_one\n' >"$BURST_TSV"
+burst() {  # burst SYS PROCS
+  local sys=$1 procs=$2 i before after out
+  N=20 API=$API TOKEN=$TOK PORTS=$PORTS node "$BENCH/burst.mjs" >/dev/null || true   # warm-up
+  for i in $(seq 1 "$BURST_REPEAT"); do
+    wait_quiet 30 || true
+    before=$(count_orders "$sys")
+    out=$(N=$BURST_N API=$API TOKEN=$TOK PORTS=$PORTS RUN_NICE node "$BENCH/burst.mjs")
+    sleep 0.2; after=$(count_orders "$sys")
+    node -e '
+      const o = JSON.parse(process.argv[1]); const [sys, procs, i, created] = process.argv.slice(2);
+      const one = o.distinct_ids === 1 && created === "1" ? "yes" : "NO";
+      console.log([sys, procs, i, o.n, JSON.stringify(o.counts), o.distinct_ids, created, o.replayed, o.wall_ms,
+        o.p50_ms, o.p99_ms, o.max_ms, one].join("\t"));
+    ' "$out" "$sys" "$procs" "$i" "$((after - before))" | tee -a "$BURST_TSV" >&2
+  done
+}
+
+# ---- 3. round trips (log_min_duration_statement=0 shows parse / bind / execute separately) -----
+roundtrips() {
+  local f=$OUT/roundtrips.txt off k
+  stop_all_procs
+  start_system idemkey-pg 1 --pool-size 1 || return 0
+  PSQL postgres -c "ALTER SYSTEM SET log_min_duration_statement = 0" -c "SELECT pg_reload_conf()" >/dev/null
+  sleep 1
+  rt_step() {  # rt_step LABEL KEY
+    off=$(stat -c %s "$W/pg.log")
+    echo "$1 -> HTTP $(post_once "$2")"; sleep 0.5
+    tail -c +$((off + 1)) "$W/pg.log" | grep -oE 'duration: [0-9.]+ ms  (parse|bind|execute|statement)[^:]*:' \
+      | sed -E 's/duration: [0-9.]+ ms  //; s/:$//' | sed 's/^/    /'
+    local p e s
+    p=$(tail -c +$((off + 1)) "$W/pg.log" | grep -cE 'ms  parse ' || true)
+    e=$(tail -c +$((off + 1)) "$W/pg.log" | grep -cE 'ms  execute ' || true)
+    s=$(tail -c +$((off + 1)) "$W/pg.log" | grep -cE 'ms  statement: ' || true)
+    echo "  ROUNDTRIPS $1 parse=$p execute=$e simple=$s total=$((p + e + s))"
+  }
+  {
+    echo "idemkey-server, --pool-size 1 (one connection, so 'warm' means its statements are prepared)."
+    echo "tokio-postgres sends a prepare (Parse/Describe/Sync) and an execution (Bind/Execute/Sync) as"
+    echo "separate round trips: round trips = parse + execute + simple-query lines."
+    k=$(cat /proc/sys/kernel/random/uuid); rt_step "new-cold" "$k"
+    rt_step "replay-cold" "$k"
+    k=$(cat /proc/sys/kernel/random/uuid); rt_step "new-warm" "$k"
+    rt_step "replay-warm" "$k"
+  } | tee "$f" >&2
+  PSQL postgres -c "ALTER SYSTEM RESET log_min_duration_statement" -c "SELECT pg_reload_conf()" >/dev/null
+  stop_all_procs
+}
+log "round trips"
+roundtrips
+
+# ---- 4. HTTP matrix + bursts ---------------------------------------------------------------------
+for item in $SYSTEMS; do
+  sys=${item%%:*}; procs=${item##*:}
+  stop_all_procs
+  if [ "$sys" = idemkey-sqlite ] && [ -z "$SQLITE_TOKEN" ]; then
+    printf '%s\tdefault\t%s\tall\t-\tnot available\n' "$sys" "$procs" >>"$OUT/unavailable.tsv"; continue
+  fi
+  log "system $sys, $procs process(es)"
+  start_system "$sys" "$procs" || { printf '%s\tdefault\t%s\tall\t-\tdid not start\n' "$sys" "$procs" >>"$OUT/unavailable.tsv"; continue; }
+  run_wrk 16 "$WARM" orders-new.lua >/dev/null 2>&1 || true                 # warm-up (JIT, pools)
+  k=$(cat /proc/sys/kernel/random/uuid); post_once "$k" >/dev/null
+  run_wrk 16 "$WARM" orders-replay.lua "$k" >/dev/null 2>&1 || true
+  for c in $CONNS; do for kind in $KINDS; do http_cell "$sys" default "$procs" "$kind" "$c"; done; done
+  if [ "$procs" = 2 ] || [ "$sys" = idemkey-sqlite ]; then log "bursts $sys"; burst "$sys" "$procs"; fi
+done
+stop_all_procs
+
+# ---- 5. pgbench ceilings on idemkey's schema -----------------------------------------------------
+PGB_TSV=$OUT/pgbench.tsv
+printf 'variant\tscript\tround_trips\tclients\tdur_s\ttps\tlat_avg_ms\tfailed\torders_rows\twal_syncs\tcommits\tquiet\tbusy_pct\tpg_cpu_s\tload_cpu_s\tforeign_cpu_s\tsteal_pct\n' >"$PGB_TSV"
+mkdir -p "$OUT/pgbench"
+cp "$BENCH/pgbench/new-txn.sql" "$OUT/pgbench/"
+"$PY" "$BENCH/pgbench/gen.py" "$ROOT/server/src/store/postgres" "$OUT/pgbench"
+TOKHEX=$(PSQL idemkey -tAc 'SELECT encode(token_hash, $$hex$$) FROM api_tokens LIMIT 1')
+OID0=$(cat /proc/sys/kernel/random/uuid)
+PGB_VARS=(-D "tok=\\x$TOKHEX" -D "fp=\\x$(printf x | sha256sum | cut -c1-64)" -D 'op=POST /orders:v1'
+  -D "body={\"id\":\"$OID0\",\"sku\":\"LIBRO-TS\",\"quantity\":2,\"created_at\":\"2026-12-02T18:00:00.000Z\"}"
+  -D "hdrs=[[\"content-type\",\"application/json\"],[\"location\",\"/orders/$OID0\"]]"
+  -D created_at=2026-12-02T18:00:00Z -D replay_until=2099-01-01T00:00:00Z -D sku=LIBRO-TS -D qty=2)
+rt_of() { case $1 in new-txn) echo 5;; *) echo 1;; esac; }
+pgbench_cell() {  # pgbench_cell VARIANT SCRIPT CLIENTS
+  local variant=$1 s=$2 c=$3 j=2 extra=() q=quiet name mon w0 c0 w1 c1 txt
+  [ "$c" -lt 2 ] && j=1
+  reset_db
+  if [[ $s == *replay-* ]]; then   # one completed key to replay, written by the server's own statement
+    local rk; rk=$(cat /proc/sys/kernel/random/uuid)
+    PGPASSWORD=$PGPASS "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" -U postgres -n -M prepared -t 1 "${PGB_VARS[@]}" \
+      -D "rkey=$rk" -f "$OUT/pgbench/replay-1rt.sql" idemkey >/dev/null 2>&1
+    extra=(-D "rkey=$rk")
+  fi
+  wait_quiet || q=NOISY
+  name="pgbench-$variant-$s-c$c"; txt=$OUT/logs/$name.txt
+  read -r w0 c0 < <(wal_stats)
+  mon_start "$OUT/logs/$name.mon" ""
+  PGPASSWORD=$PGPASS PGOPTIONS='-c lock_timeout=2s -c statement_timeout=5s' RUN_NICE "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" \
+    -U postgres -n -M prepared -c "$c" -j "$j" -T "$DUR" "${PGB_VARS[@]}" "${extra[@]}" -f "$OUT/pgbench/$s.sql" idemkey \
+    >"$txt" 2>&1 || true
+  mon=$(mon_stop "$OUT/logs/$name.mon")
+  read -r w1 c1 < <(wal_stats)
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$variant" "$s" "$(rt_of "$s")" "$c" "$DUR" \
+    "$(grep -oP 'tps = \K[0-9.]+' "$txt" || echo NA)" "$(grep -oP 'latency average = \K[0-9.]+' "$txt" || echo NA)" \
+    "$(grep -oP 'number of failed transactions: \K[0-9]+' "$txt" || echo NA)" "$(count_orders idemkey-pg)" \
+    "$((w1 - w0))" "$((c1 - c0))" "$q" "$(field busy_pct "$mon")" "$(field pg_cpu_s "$mon")" \
+    "$(field load_cpu_s "$mon")" "$(field foreign_cpu_s "$mon")" "$(field steal_pct "$mon")" | tee -a "$PGB_TSV" >&2
+}
+log "pgbench ceilings"
+for item in $PGBENCH_PLAN; do pgbench_cell default "${item%%:*}" "${item##*:}"; done
+
+# ---- 6. extras: what binds? ------------------------------------------------------------------------
+if [ "$EXTRAS" = 1 ]; then
+  log "extras: server variants and synchronous_commit=off (NOT default)"
+  for v in "RUST_LOG=warn::" "pool4::--pool-size 4" "pool20::--pool-size 20"; do
+    label=${v%%::*}; args=${v#*::}; SERVER_ENV=
+    [ "$label" = RUST_LOG=warn ] && SERVER_ENV=RUST_LOG=warn
+    stop_all_procs
+    # shellcheck disable=SC2086
+    start_system idemkey-pg 1 $args || continue
+    run_wrk 16 "$WARM" orders-new.lua >/dev/null 2>&1 || true
+    http_cell idemkey-pg "$label" 1 new 64
+  done
+  SERVER_ENV=
+  PSQL postgres -c "ALTER SYSTEM SET synchronous_commit = off" -c "SELECT pg_reload_conf()" >/dev/null
+  stop_all_procs; start_system idemkey-pg 1 && { run_wrk 16 "$WARM" orders-new.lua >/dev/null 2>&1 || true
+    http_cell idemkey-pg async-commit 1 new 64; }
+  stop_all_procs
+  pgbench_cell async-commit new-1rt 64
+  PSQL postgres -c "ALTER SYSTEM RESET synchronous_commit" -c "SELECT pg_reload_conf()" >/dev/null
+fi
+stop_all_procs
+"$PEERDIR/stop-pg.sh" >/dev/null 2>&1 || true
+
+# ---- 7. core microbenchmarks, wasm size ------------------------------------------------------------
+if [ "$MICRO" = 1 ]; then
+  log "core microbenchmarks (criterion)"
+  (cd "$ROOT" && cargo bench -q -p idemkey-core -- "${MICRO_ARGS[@]}") >"$OUT/criterion.txt" 2>&1 || true
+fi
+{
+  printf 'file\traw_bytes\tgzip9_bytes\n'
+  for f in "$ROOT"/wasm/pkg*/*.wasm; do
+    [ -e "$f" ] || continue
+    printf '%s\t%s\t%s\n' "${f#"$ROOT"/}" "$(stat -c %s "$f")" "$(gzip -9c "$f" | wc -c)"
+  done
+} >"$OUT/wasm.tsv"
+
+# ---- 8. report ---------------------------------------------------------------------------------------
+"$PY" "$BENCH/report.py" "$OUT" >"$OUT/summary.md"
+log "done: $OUT"
+cat "$OUT/summary.md"
