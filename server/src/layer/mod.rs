@@ -27,6 +27,15 @@
 //! [`IdempotencyLayer::methods`]) pass through untouched, whatever key they
 //! carry.
 //!
+//! Apply it with [`Router::route_layer`](axum::Router::route_layer), so that
+//! unknown paths still get 404 rather than a key problem, and put
+//! authentication outside it (a `.layer(...)` added after it), so the scope
+//! function can read who the caller is. Records are kept per
+//! `(scope, operation, key)` in the table `idempotency_leases`, created by
+//! migration 2 of either backend; each backend runs its migrations when it
+//! opens ([`SqliteLeaseStore::open`], [`PgLeaseStore::connect`],
+//! [`AnyLeaseStore::open`]).
+//!
 //! # What "once" means here
 //! The handler's effect is outside the record's transaction, so the promise
 //! is "at most once per lease, at least once overall": a handler that
