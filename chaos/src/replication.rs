@@ -120,6 +120,7 @@ impl Pair {
                 "-X",
                 "stream",
                 "--no-sync",
+                "--checkpoint=fast",
             ])
             .arg("-p")
             .arg(primary.port().to_string())
