@@ -6,6 +6,7 @@
 # (wasm/build.sh, which also checks the 60 KiB gzipped budget), then runs:
 #   wasm/tests/vectors.test.mjs   shared vectors through the Node build
 #   wasm/tests/chromium.test.mjs  the same vectors in headless Chromium
+#   wasm/tests/client.test.mjs    IdempotentClient in Chromium with a scripted fetch
 #   wasm/tests/e2e.test.mjs       js-demo in Chromium against a real
 #                                 `idemkey-server serve --demo` on SQLite
 # Screenshots go to ${IDEMKEY_ARTIFACTS:-~/.cache/idemkey/artifacts}.
@@ -33,4 +34,5 @@ cargo clippy -p idemkey-wasm --target wasm32-unknown-unknown -- -D warnings
 wasm/build.sh
 cargo build -p idemkey-server --bin idemkey-server
 export IDEMKEY_SERVER_BIN="$CARGO_TARGET_DIR/debug/idemkey-server"
-node --test --test-concurrency=1 wasm/tests/vectors.test.mjs wasm/tests/chromium.test.mjs wasm/tests/e2e.test.mjs
+node --test --test-concurrency=1 wasm/tests/vectors.test.mjs wasm/tests/chromium.test.mjs \
+    wasm/tests/client.test.mjs wasm/tests/e2e.test.mjs
