@@ -222,7 +222,7 @@ fn load_config(size: Size, seed: u64) -> LoadConfig {
     LoadConfig {
         clients: size.pick(6, 24),
         min_ops: size.pick(60, 3_000),
-        max_ops: size.pick(2_000, 50_000),
+        max_ops: size.pick(2_000, 200_000),
         seed,
         ..LoadConfig::default()
     }
