@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 
-import { startStack, send, bin, ROOT } from './harness.mjs';
+import { startStack, send, bin, ROOT, EDGE_DIR, freePort, start, stop, waitFor } from './harness.mjs';
 
 let stack;
 before(async () => {
@@ -202,6 +202,24 @@ test('the shared vectors through the Worker build of the core give the native an
   // same natively).
   keys.forEach((c, i) => assert.deepEqual(worker.keys[i], 'ok' in c ? { ok: c.ok } : { error: c.error }, c.name));
   orders.forEach((c, i) => assert.deepEqual(worker.orders[i], 'ok' in c ? { ok: c.ok } : { problem: c.problem }, c.name));
+});
+
+test('an unreachable origin is the core\'s 503 (retry with the same key); bad requests are still answered', async () => {
+  const [edgePort, deadPort] = [await freePort(), await freePort()];
+  const edge = start(path.join(EDGE_DIR, 'serve.sh'), [String(edgePort), `http://127.0.0.1:${deadPort}`], { EDGE_NO_BUILD: '1' });
+  try {
+    const url = `http://127.0.0.1:${edgePort}`;
+    await waitFor(url, 'edge/serve.sh', edge, 60_000, 503);
+    const res = await send(url, { headers: [auth(), ['Idempotency-Key', key()], json], body: VALID });
+    assert.equal(res.status, 503);
+    assert.equal(JSON.parse(res.body).code, 'service-unavailable');
+    assert.equal(res.headers['retry-after'], '1');
+    assert.equal(res.headers['content-type'], 'application/problem+json');
+    const bad = await send(url, { headers: [auth(), json], body: VALID });
+    assert.equal(JSON.parse(bad.body).code, 'idempotency-key-missing');
+  } finally {
+    await stop(edge);
+  }
 });
 
 function headerMap(raw) {

@@ -42,14 +42,14 @@ export function freePort() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function waitFor(url, what, proc, timeoutMs = 60_000) {
+export async function waitFor(url, what, proc, timeoutMs = 60_000, okStatus = 200) {
   const deadline = Date.now() + timeoutMs;
   let last;
   while (Date.now() < deadline) {
     if (proc && proc.exitCode !== null) throw new Error(`${what} exited with ${proc.exitCode}:\n${proc.output()}`);
     try {
       const res = await send(url, { method: 'GET', path: '/healthz' });
-      if (res.status === 200) return;
+      if (res.status === okStatus) return;
       last = `status ${res.status}`;
     } catch (e) {
       last = e.message;
@@ -59,7 +59,7 @@ async function waitFor(url, what, proc, timeoutMs = 60_000) {
   throw new Error(`${what} not ready at ${url}: ${last}\n${proc ? proc.output() : ''}`);
 }
 
-function start(cmd, args, env = {}) {
+export function start(cmd, args, env = {}) {
   // Own process group, so stopping serve.sh also stops its workerd.
   const child = spawn(cmd, args, {
     env: { ...process.env, ...env },
@@ -77,7 +77,7 @@ function start(cmd, args, env = {}) {
   return child;
 }
 
-async function stop(child) {
+export async function stop(child) {
   if (!child || child.exitCode !== null || child.signalCode !== null) return;
   const done = new Promise((r) => child.once('exit', r));
   try {
