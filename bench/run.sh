@@ -45,7 +45,7 @@ export QUIET_MAX
 CONNS=${CONNS:-"16 64"}
 SYSTEMS=${SYSTEMS:-"node:1 node:2 idemkey-pg:1 idemkey-pg:2 idemkey-sqlite:1"}
 KINDS=${KINDS:-"new replay"}
-PGBENCH_PLAN=${PGBENCH_PLAN:-"new-txn:16 new-1rt:16 new-1rt:64 replay-select:16 replay-select:64 replay-1rt:16 cand-replay-1rt:16 cand-new-1rt:16"}
+PGBENCH_PLAN=${PGBENCH_PLAN:-"new-txn:16 new-1rt:16 cand-new-1rt:16 new-1rt:64 replay-select:16 replay-select:64 replay-1rt:16 cand-replay-1rt:16"}
 MICRO=${MICRO:-1}; REBUILD_LAB=${REBUILD_LAB:-0}
 BASE_PORT=${BASE_PORT:-38100}; P1=$BASE_PORT; P2=$((BASE_PORT + 1))
 OUT=${OUT:-$BENCH/results/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -62,7 +62,7 @@ command -v wrk >/dev/null || { apt-get update -qq; apt-get install -y -qq wrk; }
 "$PY" -c 'import matplotlib' 2>/dev/null || "$PY" -m pip install -q matplotlib
 log "build idemkey-server (release) and the core's benches"
 (cd "$ROOT" && cargo build -q --release -p idemkey-server --bin idemkey-server)
-[ "$MICRO" = 1 ] && (cd "$ROOT" && cargo bench -q -p idemkey-core --no-run 2>/dev/null)
+[ "$MICRO" = 1 ] && (cd "$ROOT" && cargo bench -q -p idemkey-core --bench core --no-run 2>/dev/null)
 if [ "$REBUILD_LAB" = 1 ] || [ ! -s "$W/idempotencia-lab/dist/server.js" ]; then
   log "build the article's Node lab (peer build-lab.sh) in $W/idempotencia-lab"
   "$PEERDIR/build-lab.sh" >"$OUT/logs/build-lab.log" 2>&1 || { tail "$OUT/logs/build-lab.log"; exit 1; }
@@ -301,7 +301,8 @@ for item in $PGBENCH_PLAN; do pgbench_cell default "${item%%:*}" "${item##*:}"; 
 # ---- 6. extras: what binds? ------------------------------------------------------------------------
 if [ "$EXTRAS" = 1 ]; then
   log "extras: server variants and synchronous_commit=off (NOT default)"
-  for v in "RUST_LOG=warn::" "pool4::--pool-size 4" "pool20::--pool-size 20"; do
+  # the default again first, so that the variants compare with a cell measured minutes apart
+  for v in "default-again::" "RUST_LOG=warn::" "pool4::--pool-size 4" "pool20::--pool-size 20"; do
     label=${v%%::*}; args=${v#*::}; SERVER_ENV=
     [ "$label" = RUST_LOG=warn ] && SERVER_ENV=RUST_LOG=warn
     stop_all_procs
@@ -320,11 +321,13 @@ if [ "$EXTRAS" = 1 ]; then
 fi
 stop_all_procs
 "$PEERDIR/stop-pg.sh" >/dev/null 2>&1 || true
+{ echo "pg_test_fsync after the measurements:"
+  "$PGBIN/pg_test_fsync" -s 1 -f "$W/fsync.tmp" 2>/dev/null | grep -E '^\s+fdatasync' || true; rm -f "$W/fsync.tmp"; } >>"$OUT/machine.txt"
 
 # ---- 7. core microbenchmarks, wasm size ------------------------------------------------------------
 if [ "$MICRO" = 1 ]; then
   log "core microbenchmarks (criterion)"
-  (cd "$ROOT" && cargo bench -q -p idemkey-core -- "${MICRO_ARGS[@]}") >"$OUT/criterion.txt" 2>&1 || true
+  (cd "$ROOT" && cargo bench -q -p idemkey-core --bench core -- "${MICRO_ARGS[@]}") >"$OUT/criterion.txt" 2>&1 || true
 fi
 {
   printf 'file\traw_bytes\tgzip9_bytes\n'
