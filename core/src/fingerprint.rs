@@ -204,7 +204,10 @@ fn write_canonical<S: Sink>(sink: &mut S, value: &Value) {
         Value::Null => sink.put(b"null"),
         Value::Bool(true) => sink.put(b"true"),
         Value::Bool(false) => sink.put(b"false"),
-        Value::Number(n) => sink.put(n.to_string().as_bytes()),
+        Value::Number(n) => {
+            // Writing into our in-memory sinks never fails.
+            let _ = serde_json::to_writer(&mut *sink, n);
+        }
         Value::String(s) => write_string(sink, s),
         Value::Array(items) => {
             sink.put(b"[");
@@ -220,7 +223,9 @@ fn write_canonical<S: Sink>(sink: &mut S, value: &Value) {
             // Sorted here, not by relying on serde_json's map type: another
             // crate enabling `preserve_order` would silently change it.
             let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
-            sorted.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            if !sorted.is_sorted_by(|a, b| a.0.as_bytes() <= b.0.as_bytes()) {
+                sorted.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            }
             sink.put(b"{");
             for (i, (name, item)) in sorted.into_iter().enumerate() {
                 if i > 0 {

@@ -52,19 +52,22 @@ impl NewOrder {
     /// assert_eq!(err.errors().len(), 2);
     /// ```
     pub fn from_json(body: &[u8]) -> Result<Self, Problem> {
-        let value: Value = serde_json::from_slice(body).map_err(|e| {
+        let body: Body = serde_json::from_slice(body).map_err(|e| {
             invalid(vec![FieldError::new(
                 "",
                 format!("The body is not valid JSON: {e}."),
             )])
         })?;
-        let Value::Object(members) = value else {
+        let Body::Object { members, repeated } = body else {
             return Err(invalid(vec![FieldError::new("", "must be a JSON object")]));
         };
-        Self::from_members(&members)
+        Self::from_members(&members, repeated)
     }
 
-    fn from_members(members: &Map<String, Value>) -> Result<Self, Problem> {
+    fn from_members(
+        members: &Map<String, Value>,
+        mut repeated: Vec<String>,
+    ) -> Result<Self, Problem> {
         let mut errors = Vec::new();
         let sku = match members.get("sku") {
             None => {
@@ -113,6 +116,16 @@ impl NewOrder {
                 .into_iter()
                 .map(|name| FieldError::new(pointer_to(name), "is not allowed")),
         );
+        // RFC 8259, section 4: "The names within an object SHOULD be unique";
+        // a repeated member would make the order depend on which copy a
+        // parser keeps, so it is refused.
+        repeated.sort_unstable();
+        repeated.dedup();
+        errors.extend(
+            repeated
+                .iter()
+                .map(|name| FieldError::new(pointer_to(name), "must appear only once")),
+        );
         match (sku, quantity) {
             (Some(sku), Some(quantity)) if errors.is_empty() => Ok(Self { sku, quantity }),
             _ => Err(invalid(errors)),
@@ -125,6 +138,62 @@ impl NewOrder {
         members.insert("quantity".to_owned(), Value::from(self.quantity));
         members.insert("sku".to_owned(), Value::from(self.sku.as_str()));
         Fingerprint::of_value(&ORDER_OPERATION, &Value::Object(members))
+    }
+}
+
+/// A request body as parsed: a top-level object with the names that appear
+/// more than once (a plain `Value` would silently keep the last copy), or
+/// anything else.
+enum Body {
+    Object {
+        members: Map<String, Value>,
+        repeated: Vec<String>,
+    },
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Body {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct BodyVisitor;
+        impl<'de> serde::de::Visitor<'de> for BodyVisitor {
+            type Value = Body;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Body, A::Error> {
+                let mut members = Map::new();
+                let mut repeated = Vec::new();
+                while let Some((name, value)) = map.next_entry::<String, Value>()? {
+                    if let Some(_previous) = members.insert(name.clone(), value) {
+                        repeated.push(name);
+                    }
+                }
+                Ok(Body::Object { members, repeated })
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Body, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Body::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Body, E> {
+                Ok(Body::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Body, E> {
+                Ok(Body::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Body, E> {
+                Ok(Body::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Body, E> {
+                Ok(Body::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Body, E> {
+                Ok(Body::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Body, E> {
+                Ok(Body::Other)
+            }
+        }
+        deserializer.deserialize_any(BodyVisitor)
     }
 }
 
