@@ -102,6 +102,10 @@ pub struct ServeArgs {
     /// Longest statement before 503.
     #[arg(long, env = "IDEMKEY_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub statement_timeout: Duration,
+    /// Longest wait for a request body once its head has arrived; past it
+    /// the request gets 400 request-invalid and its connection is closed.
+    #[arg(long, env = "IDEMKEY_BODY_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
     /// How often the background task trims expired records.
     #[arg(long, env = "IDEMKEY_TRIM_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub trim_interval: Duration,
@@ -171,6 +175,9 @@ impl ServeArgs {
         if self.tombstone_ttl < self.replay_ttl {
             return Err("--tombstone-ttl must be at least --replay-ttl".into());
         }
+        if self.body_read_timeout.is_zero() {
+            return Err("--body-read-timeout must be longer than 0".into());
+        }
         if self.pool_size == 0 || self.trim_batch == 0 {
             return Err("--pool-size and --trim-batch must be at least 1".into());
         }
@@ -206,6 +213,7 @@ mod tests {
         assert_eq!(args.key_profile, KeyProfile::Lenient);
         assert_eq!(args.replay_ttl, Duration::from_secs(86_400));
         assert_eq!(args.expiry_policy, ExpiryPolicy::Reject);
+        assert_eq!(args.body_read_timeout, Duration::from_secs(10));
         assert!(args.validate().is_ok());
     }
 

@@ -71,6 +71,9 @@ pub struct Settings {
     /// The demo account's token, served at `GET /demo/token` in demo mode
     /// (a local demo only: the server binds to 127.0.0.1 by default).
     pub demo_token: Option<String>,
+    /// Longest wait for a request body once its head has arrived; past it
+    /// the request is answered 400 and its connection closed.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -83,6 +86,7 @@ impl Default for Settings {
             test_faults: false,
             demo_dir: None,
             demo_token: None,
+            body_read_timeout: problems::DEFAULT_BODY_READ_TIMEOUT,
         }
     }
 }

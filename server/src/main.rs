@@ -127,6 +127,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         test_faults: args.test_faults,
         demo_dir: args.demo.then(|| args.demo_dir.clone()),
         demo_token,
+        body_read_timeout: args.body_read_timeout,
     };
     let clock = Clock::system();
     let state = AppState::with_clock(store.clone(), settings.clone(), clock.clone());

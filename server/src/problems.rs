@@ -34,6 +34,25 @@ pub fn problem_response(problem: &Problem) -> Response {
     response
 }
 
+/// Default longest wait for a request body, from the end of its head.
+pub const DEFAULT_BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The answer when a request body did not arrive within the body read
+/// deadline: 400 `request-invalid` from the core, with `Connection: close`
+/// so the connection (and whatever the client still sends) is dropped.
+pub fn body_timeout_response() -> Response {
+    let problem = Problem::new(
+        idemkey_core::ProblemCode::RequestInvalid,
+        "The request body did not arrive in time.",
+    );
+    let mut response = problem_response(&problem);
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        HeaderValue::from_static("close"),
+    );
+    response
+}
+
 /// Why a route did not answer normally.
 #[derive(Debug)]
 pub enum ApiError {

@@ -465,7 +465,43 @@ async fn demo_mode_loses_the_next_response_and_the_retry_replays(backend: Backen
     let _ = std::fs::remove_dir_all(&site);
 }
 
+/// A body that stops half-way gets 400 `request-invalid` once the body read
+/// deadline passes, its connection is closed, and nothing is stored.
+async fn a_body_that_stops_half_way_is_answered_and_closed(backend: Backend) {
+    let env = Env::new(backend);
+    let token = env.account("alice");
+    let server = env.serve(&["--body-read-timeout", "300ms"]);
+    let before = env.counts();
+    let head = format!(
+        "POST /orders HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n\
+         idempotency-key: {}\r\ncontent-type: application/json\r\n\
+         content-length: 40\r\n\r\n{}",
+        new_key(),
+        &BODY[..10]
+    );
+    let addr = server.base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))
+        .await
+        .expect("the server closes the connection")
+        .expect("read");
+    let waited = started.elapsed();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(answer.contains("request-invalid"), "{answer}");
+    assert!(answer.contains("did not arrive in time"), "{answer}");
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    assert_eq!(env.counts(), before);
+    // The server goes on serving.
+    let ok = server.post_order(&token, &new_key(), BODY).await;
+    assert_eq!(ok.status, 201);
+}
+
 on_each_backend!(
+    a_body_that_stops_half_way_is_answered_and_closed,
     every_bad_input_gets_its_problem_and_stores_nothing,
     fallbacks_are_problems,
     lookup_follows_a_key_through_its_retention,

@@ -510,6 +510,42 @@ async fn a_body_over_the_limit_is_413_and_claims_nothing(backend: Backend) {
     );
 }
 
+/// A request body that sends nothing and never ends.
+struct Stalled;
+
+impl axum::body::HttpBody for Stalled {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+async fn a_body_that_never_arrives_is_400_and_claims_nothing(backend: Backend) {
+    let db = database(backend);
+    let clock = ManualClock::new();
+    let app = fixture_app(open(&db).await, &clock, |l| {
+        l.body_read_timeout(Duration::from_millis(200))
+    });
+    let stalled = Request::post("/echo")
+        .header("idempotency-key", "k-stalled")
+        .header("content-length", "10")
+        .body(Body::new(Stalled))
+        .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(5), send(&app, stalled))
+        .await
+        .expect("answered within the deadline");
+    reply.assert_problem(400, "request-invalid");
+    assert_eq!(reply.header("connection"), Some("close"));
+    assert_eq!(counter(&app).await, 0);
+    // The key was not consumed.
+    assert_eq!(send(&app, echo("k-stalled", "hello")).await.status, 201);
+}
+
 async fn scopes_keep_callers_apart(backend: Backend) {
     let db = database(backend);
     let clock = ManualClock::new();
@@ -612,6 +648,7 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    a_body_that_never_arrives_is_400_and_claims_nothing,
     first_post_runs_once_and_the_retry_replays_it_byte_for_byte,
     the_same_key_with_another_body_is_422,
     a_concurrent_duplicate_gets_409_with_the_leases_retry_after,

@@ -11,7 +11,9 @@
 //! 2. picks the record's **scope** with the scope function (401 when it
 //!    answers `None`);
 //! 3. reads the whole body within [`IdempotencyLayer::max_request_body`]
-//!    (413 `payload-too-large` above it) and fingerprints the request (see
+//!    (413 `payload-too-large` above it) and before
+//!    [`IdempotencyLayer::body_read_timeout`] (400 `request-invalid` and the
+//!    connection closed after it) and fingerprints the request (see
 //!    [`default_fingerprint`], or [`IdempotencyLayer::fingerprint_with`]);
 //! 4. **claims** `(scope, operation, key)` with a lease and commits the claim
 //!    in its own short transaction, then asks [`idemkey_core::decide`] what
@@ -197,6 +199,7 @@ pub(crate) struct Config {
     pub(crate) replay_ttl: Duration,
     pub(crate) expiry_policy: ExpiryPolicy,
     pub(crate) max_request_body: usize,
+    pub(crate) body_read_timeout: Duration,
     pub(crate) max_stored_response: usize,
     pub(crate) replay_headers: Vec<HeaderName>,
     pub(crate) scope: Arc<ScopeFn>,
@@ -214,6 +217,7 @@ impl std::fmt::Debug for Config {
             .field("replay_ttl", &self.replay_ttl)
             .field("expiry_policy", &self.expiry_policy)
             .field("max_request_body", &self.max_request_body)
+            .field("body_read_timeout", &self.body_read_timeout)
             .field("max_stored_response", &self.max_stored_response)
             .field("replay_headers", &self.replay_headers)
             .finish_non_exhaustive()
@@ -250,6 +254,7 @@ impl<St: LeaseStore> IdempotencyLayer<St> {
                 replay_ttl: DEFAULT_REPLAY_TTL,
                 expiry_policy: ExpiryPolicy::Reject,
                 max_request_body: DEFAULT_MAX_REQUEST_BODY,
+                body_read_timeout: crate::problems::DEFAULT_BODY_READ_TIMEOUT,
                 max_stored_response: DEFAULT_MAX_STORED_RESPONSE,
                 replay_headers: vec![
                     axum::http::header::CONTENT_TYPE,
@@ -316,6 +321,14 @@ impl<St: LeaseStore> IdempotencyLayer<St> {
     #[must_use]
     pub fn max_request_body(self, bytes: usize) -> Self {
         self.with(|c| c.max_request_body = bytes)
+    }
+
+    /// The longest wait for the request body once its head has arrived
+    /// (default 10 s); past it the request is answered 400
+    /// `request-invalid` with `Connection: close`, and nothing is stored.
+    #[must_use]
+    pub fn body_read_timeout(self, timeout: Duration) -> Self {
+        self.with(|c| c.body_read_timeout = timeout)
     }
 
     /// The largest response body stored for replay, in bytes (see

@@ -171,7 +171,12 @@ where
     if let Some(Err(too_large)) = declared.map(|n| check_body_len(n, config.max_request_body)) {
         return Ok(problem(&too_large));
     }
-    let bytes: Bytes = match to_bytes(body, config.max_request_body).await {
+    let read = to_bytes(body, config.max_request_body);
+    let Ok(read) = tokio::time::timeout(config.body_read_timeout, read).await else {
+        warn!("the request body did not arrive in time; closing the connection");
+        return Ok(crate::problems::body_timeout_response());
+    };
+    let bytes: Bytes = match read {
         Ok(bytes) => bytes,
         Err(err) if is_length_limit(&err) => {
             return Ok(problem(&Problem::payload_too_large(

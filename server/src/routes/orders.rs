@@ -21,7 +21,9 @@ use uuid::Uuid;
 
 use super::{json_response, lookup_path, rfc3339};
 use crate::auth::{bearer_hash, hash_token};
-use crate::problems::{ApiError, UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
+use crate::problems::{
+    ApiError, UNAVAILABLE_RETRY_AFTER_SECS, body_timeout_response, problem_response,
+};
 use crate::serve::ConnectionControl;
 use crate::store::{
     Authed, CreateOutcome, Order, OrderDraft, OrderStore as _, ReexecuteOutcome, StoreFault,
@@ -115,7 +117,12 @@ pub(super) async fn create(
         .map(hash_token)
         .ok_or_else(Problem::unauthorized)?;
 
-    let bytes = match to_bytes(body, MAX_ORDER_BODY_BYTES + 1).await {
+    let read = to_bytes(body, MAX_ORDER_BODY_BYTES + 1);
+    let Ok(read) = tokio::time::timeout(settings.body_read_timeout, read).await else {
+        warn!("the request body did not arrive in time; closing the connection");
+        return Ok(body_timeout_response());
+    };
+    let bytes = match read {
         Ok(bytes) => bytes,
         Err(err) if is_length_limit(&err) => {
             return Err(Problem::payload_too_large(MAX_ORDER_BODY_BYTES).into());
