@@ -52,15 +52,26 @@ impl NewOrder {
     /// assert_eq!(err.errors().len(), 2);
     /// ```
     pub fn from_json(body: &[u8]) -> Result<Self, Problem> {
-        let body: Body = serde_json::from_slice(body).map_err(|e| {
+        let value: Value = serde_json::from_slice(body).map_err(|e| {
             invalid(vec![FieldError::new(
                 "",
                 format!("The body is not valid JSON: {e}."),
             )])
         })?;
-        let Body::Object { members, repeated } = body else {
+        let Value::Object(members) = value else {
             return Err(invalid(vec![FieldError::new("", "must be a JSON object")]));
         };
+        let mut repeated = Vec::new();
+        let names = top_level_names(body);
+        if names.len() > members.len() {
+            let mut names = names;
+            names.sort_unstable();
+            repeated = names
+                .windows(2)
+                .filter(|pair| pair[0] == pair[1])
+                .map(|pair| pair[0].clone())
+                .collect();
+        }
         Self::from_members(&members, repeated)
     }
 
@@ -141,60 +152,47 @@ impl NewOrder {
     }
 }
 
-/// A request body as parsed: a top-level object with the names that appear
-/// more than once (a plain `Value` would silently keep the last copy), or
-/// anything else.
-enum Body {
-    Object {
-        members: Map<String, Value>,
-        repeated: Vec<String>,
-    },
-    Other,
-}
-
-impl<'de> Deserialize<'de> for Body {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct BodyVisitor;
-        impl<'de> serde::de::Visitor<'de> for BodyVisitor {
-            type Value = Body;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Body, A::Error> {
-                let mut members = Map::new();
-                let mut repeated = Vec::new();
-                while let Some((name, value)) = map.next_entry::<String, Value>()? {
-                    if let Some(_previous) = members.insert(name.clone(), value) {
-                        repeated.push(name);
-                    }
+/// A request body parsed as a top-level object, with the names that appear
+/// more than once (a plain `Value` would silently keep the last copy). Any
+/// other JSON value fails with a `Data` error (see [`NewOrder::from_json`]).
+/// The member names of a top-level JSON object, in order and with
+/// repetitions (a parsed `Value` keeps only the last copy). `text` must
+/// already be known to be valid JSON.
+fn top_level_names(text: &[u8]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    let mut expect_name = false;
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    // Skip the escaped character, whatever it is.
+                    i += if text[i] == b'\\' { 2 } else { 1 };
                 }
-                Ok(Body::Object { members, repeated })
+                if depth == 1 && expect_name {
+                    let raw = text.get(start..=i).unwrap_or_default();
+                    // Decoded as a `Value`, the one JSON reader the browser
+                    // build already carries.
+                    if let Ok(Value::String(name)) = serde_json::from_slice::<Value>(raw) {
+                        names.push(name);
+                    }
+                    expect_name = false;
+                }
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Body, A::Error> {
-                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                Ok(Body::Other)
+            b'{' | b'[' => {
+                depth += 1;
+                expect_name = depth == 1 && text[i] == b'{';
             }
-            fn visit_bool<E>(self, _: bool) -> Result<Body, E> {
-                Ok(Body::Other)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Body, E> {
-                Ok(Body::Other)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Body, E> {
-                Ok(Body::Other)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Body, E> {
-                Ok(Body::Other)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Body, E> {
-                Ok(Body::Other)
-            }
-            fn visit_unit<E>(self) -> Result<Body, E> {
-                Ok(Body::Other)
-            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b',' if depth == 1 => expect_name = true,
+            _ => {}
         }
-        deserializer.deserialize_any(BodyVisitor)
+        i += 1;
     }
+    names
 }
 
 fn invalid(errors: Vec<FieldError>) -> Problem {
