@@ -215,6 +215,14 @@ mod tests {
     }
 
     #[test]
+    fn top_level_names_keep_repeats_and_skip_nested_and_string_content() {
+        let body = br#"{"a":{"a":1,"z":[{"q":2}]},"b":"a,\"x\":{","\u0061":2}"#;
+        assert_eq!(top_level_names(body), ["a", "b", "a"]);
+        let err = NewOrder::from_json(br#"{"sku":"A","quantity":1,"\u0073ku":"B"}"#).unwrap_err();
+        assert_eq!(err.errors()[0].pointer, "/sku");
+    }
+
+    #[test]
     fn fingerprint_matches_generic_path() {
         let order = NewOrder {
             sku: "LIBRO-TS".into(),
