@@ -53,8 +53,8 @@ pub fn run(name: &str, size: Size, seed: u64) -> Result<Report, String> {
     run_skipping(name, size, seed, &[])
 }
 
-/// [`run`], skipping the hostile sweep's checks named in `skip` (see
-/// [`crate::hostile::KNOWN_DEFECTS`]).
+/// [`run`], skipping the hostile sweep's checks named in `skip` (case
+/// names, or `slow-body`).
 pub fn run_skipping(name: &str, size: Size, seed: u64, skip: &[&str]) -> Result<Report, String> {
     let dir = work_dir(name)?;
     let result = match name {

@@ -1,9 +1,8 @@
 //! The small size of every scenario that can run here, so the workspace's
 //! test command covers the suite. Each test prints its table.
 
-use idemkey_chaos::hostile::KNOWN_DEFECTS;
+use idemkey_chaos::Size;
 use idemkey_chaos::scenarios::run_skipping;
-use idemkey_chaos::{Size, run};
 
 fn small(name: &str) {
     small_skipping(name, &[]);
@@ -51,23 +50,15 @@ fn failover_to_a_synchronous_standby_loses_no_acknowledged_order() {
     small("failover");
 }
 
+/// Every check of the sweep: each bad input gets its problem and stores
+/// nothing, duplicate JSON members are refused at `/quantity`, and bodies
+/// that stop half-way are answered 400 and closed at the body read deadline.
 #[test]
-fn hostile_input_gets_its_problem_and_stores_nothing() {
-    small_skipping("hostile", &KNOWN_DEFECTS);
-}
-
-/// Every check of the sweep, the known defects included.
-#[test]
-#[ignore = "known defects: duplicate JSON members are accepted (last wins) and the \
-            server has no body read timeout; see docs/reliability.md"]
 fn hostile_input_all_checks() {
-    let report = run("hostile", Size::Small, 0).expect("hostile");
-    println!("{}", report.table());
-    assert!(report.ok(), "{}", report.table());
+    small("hostile");
 }
 
 #[test]
-#[ignore = "pending until the SQLite backend (issue 4) is committed: the scenario reports PENDING without it; it passed against the working tree on 2026-12-02"]
 fn sqlite_kill_loses_and_duplicates_nothing() {
     small("sqlite-kill");
 }
