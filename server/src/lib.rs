@@ -44,7 +44,10 @@ pub mod config;
 pub mod fixture;
 pub mod layer;
 pub mod maintenance;
+pub mod metrics;
+pub mod operator;
 pub mod problems;
+pub mod request_id;
 pub mod routes;
 pub mod serve;
 pub mod store;
@@ -130,6 +133,7 @@ struct Inner {
     settings: Settings,
     clock: Clock,
     lose_next_response: AtomicBool,
+    metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
@@ -146,6 +150,7 @@ impl AppState {
                 settings,
                 clock,
                 lose_next_response: AtomicBool::new(false),
+                metrics: Arc::default(),
             }),
         }
     }
@@ -153,6 +158,11 @@ impl AppState {
     /// The store.
     pub fn store(&self) -> &AnyStore {
         &self.inner.store
+    }
+
+    /// The metrics of `GET /metrics`.
+    pub fn metrics(&self) -> &Arc<metrics::Metrics> {
+        &self.inner.metrics
     }
 
     /// The settings.
@@ -180,8 +190,11 @@ impl AppState {
 /// The router: every route, the problem fallbacks and
 /// `Cache-Control: no-store` on every response.
 pub fn app(state: AppState) -> Router {
-    routes::router(state)
+    routes::router(state.clone())
+        .merge(operator::router(state.clone()))
+        .layer(axum::middleware::from_fn_with_state(state, metrics::record))
         .layer(axum::middleware::from_fn(telemetry::log_requests))
+        .layer(axum::middleware::from_fn(request_id::assign))
         .layer(SetResponseHeaderLayer::overriding(
             CACHE_CONTROL,
             HeaderValue::from_static("no-store"),

@@ -175,6 +175,23 @@ impl PgStore {
         &self.pool
     }
 
+    /// Versions of this build's migrations that the database has not
+    /// applied (empty when it is up to date); an error when the database
+    /// does not answer or has no migration table.
+    pub async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT version FROM schema_migrations", &[])
+            .await
+            .map_err(db_error)?;
+        let applied: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
+        Ok(MIGRATIONS
+            .iter()
+            .filter(|(version, _, _)| !applied.contains(version))
+            .map(|(version, _, _)| i64::from(*version))
+            .collect())
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_error)
     }

@@ -69,6 +69,23 @@ impl SqliteStore {
         &self.path
     }
 
+    /// Versions of this build's migrations that the file has not applied
+    /// (empty when it is up to date); an error when it cannot be read.
+    pub async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
+        self.with_conn(|conn| {
+            let mut stmt = conn.prepare("SELECT version FROM schema_migrations")?;
+            let applied = stmt
+                .query_map([], |row| row.get::<_, i64>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(MIGRATIONS
+                .iter()
+                .map(|(version, _, _)| *version)
+                .filter(|version| !applied.contains(version))
+                .collect())
+        })
+        .await
+    }
+
     /// Runs `f` with the connection on a blocking thread.
     async fn with_conn<T, F>(&self, f: F) -> Result<T, StoreError>
     where
