@@ -83,8 +83,8 @@ p('## Machine and cluster', '', '```', text('machine.txt'), '', text('settings.t
 # ---- HTTP ----------------------------------------------------------------------------------------
 p('## HTTP (wrk -t2, closed loop)', '',
   '| system | procs | workload | conns | req/s | p50 ms | p99 ms | server CPU-s / 1k req | peak RSS MB (sum) '
-  '| non-201 | orders rows | WAL flushes/s | box busy % | foreign CPU-s | quiet |',
-  '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|')
+  '| non-201 | orders rows | WAL flushes/s | box busy % | CPU-s server / pg / wrk | foreign CPU-s | quiet |',
+  '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|')
 for r in main:
     dur = num(r['dur_s']) or 1
     non201 = sum(int(num(r[k]) or 0) for k in ('s2xx_other', 's409', 's422', 's503', 'sother', 'sock_err'))
@@ -92,7 +92,8 @@ for r in main:
     p(f"| {LABEL.get(r['system'], r['system'])} | {r['procs']} | {r['kind']} | {r['conns']} | "
       f"{fmt(num(r['rps']))} | {fmt(num(r['p50_ms']), 1)} | {fmt(num(r['p99_ms']), 1)} | "
       f"{fmt(num(r['server_cpu_s_per_1k']), 3)} | {fmt(num(r['rss_mb_sum']), 1)} | {non201} | {r['orders_rows']} | "
-      f"{fmt(wal / dur if wal is not None else None)} | {r['busy_pct']} | {r['foreign_cpu_s']} | {r['quiet']} |")
+      f"{fmt(wal / dur if wal is not None else None)} | {r['busy_pct']} | "
+      f"{r['server_cpu_s']} / {r['pg_cpu_s']} / {r['load_cpu_s']} | {r['foreign_cpu_s']} | {r['quiet']} |")
 unavail = text('unavailable.tsv')
 if unavail:
     p('', 'Not measured: ' + '; '.join(
@@ -183,7 +184,7 @@ if pgb:
         dur = num(r['dur_s']) or 1
         w, c = num(r['wal_syncs']), num(r['commits'])
         p(f"| {r['variant']} | {r['script']} | {r['round_trips']} | {r['clients']} | {fmt(num(r['tps']))} | "
-          f"{r['lat_avg_ms']} | {r['failed']} | {fmt(w / dur if w else None)} | {fmt(c / w if w else None, 1)} | "
+          f"{r['lat_avg_ms']} | {r['failed']} | {fmt(w / dur if w else None)} | {fmt(c / w if w and w >= 10 else None, 1)} | "
           f"{r['busy_pct']} | {r['pg_cpu_s']} | {r['load_cpu_s']} | {r['foreign_cpu_s']} | {r['quiet']} |")
     p('')
 
