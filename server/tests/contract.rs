@@ -500,7 +500,60 @@ async fn a_body_that_stops_half_way_is_answered_and_closed(backend: Backend) {
     assert_eq!(ok.status, 201);
 }
 
+/// `GET /orders` lists the caller's orders, newest first, within the
+/// limit, and nobody else's.
+async fn the_order_list_is_the_callers_newest_first(backend: Backend) {
+    let env = Env::new(backend);
+    let alice = env.account("alice");
+    let bob = env.account("bob");
+    let server = env.serve(&[]);
+    let empty = server.get(&alice, "/orders").await;
+    assert_eq!(empty.status, 200);
+    assert_eq!(empty.header("cache-control"), Some("no-store"));
+    assert_eq!(empty.json(), serde_json::json!({ "orders": [] }));
+    let mut ids = Vec::new();
+    for quantity in 1..=3 {
+        let body = format!(r#"{{"sku":"LIBRO-TS","quantity":{quantity}}}"#);
+        let created = server.post_order(&alice, &new_key(), &body).await;
+        assert_eq!(created.status, 201);
+        ids.push(created.json()["id"].as_str().unwrap().to_owned());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(server.post_order(&bob, &new_key(), BODY).await.status, 201);
+    let list = server.get(&alice, "/orders").await;
+    assert_eq!(list.status, 200);
+    assert_eq!(list.header("content-type"), Some("application/json"));
+    assert_eq!(list.header("cache-control"), Some("no-store"));
+    let orders = list.json()["orders"].as_array().unwrap().clone();
+    let listed: Vec<&str> = orders.iter().map(|o| o["id"].as_str().unwrap()).collect();
+    ids.reverse();
+    assert_eq!(listed, ids, "alice's three, newest first");
+    assert_eq!(orders[0]["sku"], "LIBRO-TS");
+    assert_eq!(orders[0]["quantity"], 3);
+    assert!(orders[0]["created_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        orders[0].as_object().unwrap().len(),
+        4,
+        "id, sku, quantity, created_at"
+    );
+    let two = server.get(&alice, "/orders?limit=2").await;
+    assert_eq!(two.json()["orders"].as_array().unwrap().len(), 2);
+    let capped = server.get(&alice, "/orders?limit=100000").await;
+    assert_eq!(capped.json()["orders"].as_array().unwrap().len(), 3);
+    server
+        .get(&alice, "/orders?limit=0")
+        .await
+        .assert_problem(400, "request-invalid");
+    server
+        .get("not-a-token", "/orders")
+        .await
+        .assert_problem(401, "unauthorized");
+    let bobs = server.get(&bob, "/orders").await.json();
+    assert_eq!(bobs["orders"].as_array().unwrap().len(), 1);
+}
+
 on_each_backend!(
+    the_order_list_is_the_callers_newest_first,
     a_body_that_stops_half_way_is_answered_and_closed,
     every_bad_input_gets_its_problem_and_stores_nothing,
     fallbacks_are_problems,

@@ -25,7 +25,7 @@ pub use orders::TEST_FAULT_HEADER;
 pub fn router(state: AppState) -> Router {
     let demo_dir = state.settings().demo_dir.clone();
     let mut router = Router::new()
-        .route("/orders", post(orders::create))
+        .route("/orders", post(orders::create).get(orders::list))
         .route("/orders/{id}", get(orders::show))
         .route("/operations/{key}", get(operations::show))
         .route("/healthz", get(healthz))

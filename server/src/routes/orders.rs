@@ -1,4 +1,4 @@
-//! `POST /orders` and `GET /orders/{id}`.
+//! `POST /orders`, `GET /orders` and `GET /orders/{id}`.
 //!
 //! The create path: the core's head checks in the core's order, the body
 //! read within its limit and validated by the core, then one store call
@@ -7,7 +7,7 @@
 //! [`decide`](idemkey_core::decide).
 
 use axum::body::to_bytes;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -264,6 +264,65 @@ async fn after_commit(
     response.into_response()
 }
 
+/// How many orders `GET /orders` lists without `?limit=`.
+pub const DEFAULT_LIST_LIMIT: u32 = 50;
+
+/// The most orders one `GET /orders` lists; a larger `?limit=` is capped.
+pub const MAX_LIST_LIMIT: u32 = 100;
+
+#[derive(Serialize)]
+struct OrderList<'a> {
+    orders: Vec<OrderBody<'a>>,
+}
+
+/// `?limit=N` (1 or more; capped at [`MAX_LIST_LIMIT`]); other query
+/// parameters are ignored.
+fn list_limit(query: Option<&str>) -> Result<u32, Problem> {
+    let Some(value) = query
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("limit="))
+    else {
+        return Ok(DEFAULT_LIST_LIMIT);
+    };
+    match value.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(u32::try_from(n).map_or(MAX_LIST_LIMIT, |n| n.min(MAX_LIST_LIMIT))),
+        _ => Err(Problem::new(
+            ProblemCode::RequestInvalid,
+            "The limit query parameter must be a whole number of 1 or more.",
+        )),
+    }
+}
+
+/// `GET /orders`: the caller's newest orders, newest first
+/// (`{"orders":[{id, sku, quantity, created_at}, ...]}`).
+pub(super) async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let token = bearer_hash(&headers).ok_or_else(Problem::unauthorized)?;
+    let limit = list_limit(query.as_deref())?;
+    match state.store().recent_orders(token, limit).await? {
+        Authed::Unauthorized => Err(Problem::unauthorized().into()),
+        Authed::Ok(orders) => {
+            let list = OrderList {
+                orders: orders
+                    .iter()
+                    .map(|o| OrderBody {
+                        id: o.id.to_string(),
+                        sku: &o.sku,
+                        quantity: o.quantity,
+                        created_at: rfc3339(o.created_at),
+                    })
+                    .collect(),
+            };
+            let body = serde_json::to_string(&list).unwrap_or_default();
+            Ok(json_response(StatusCode::OK, body))
+        }
+    }
+}
+
 /// `GET /orders/{id}`: the caller's order; 404, with the same body as for
 /// an id that does not exist, for anyone else's.
 pub(super) async fn show(
@@ -288,5 +347,22 @@ pub(super) async fn show(
             order_body(id, &sku, quantity, created_at),
         )),
         Authed::Ok(None) => Err(Problem::not_found().into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_limits() {
+        assert_eq!(list_limit(None), Ok(DEFAULT_LIST_LIMIT));
+        assert_eq!(list_limit(Some("")), Ok(DEFAULT_LIST_LIMIT));
+        assert_eq!(list_limit(Some("x=1&limit=3")), Ok(3));
+        assert_eq!(list_limit(Some("limit=100000000000")), Ok(MAX_LIST_LIMIT));
+        assert_eq!(list_limit(Some("limit=101")), Ok(MAX_LIST_LIMIT));
+        for bad in ["limit=0", "limit=-1", "limit=", "limit=two"] {
+            assert!(list_limit(Some(bad)).is_err(), "{bad}");
+        }
     }
 }

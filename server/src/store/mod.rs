@@ -228,6 +228,13 @@ pub trait OrderStore: Send + Sync + 'static {
         id: Uuid,
     ) -> impl Future<Output = Result<Authed<Option<Order>>, StoreError>> + Send;
 
+    /// The caller's newest orders, newest first, at most `limit`.
+    fn recent_orders(
+        &self,
+        token: TokenHash,
+        limit: u32,
+    ) -> impl Future<Output = Result<Authed<Vec<Order>>, StoreError>> + Send;
+
     /// What the caller's account holds for `(operation, key)`.
     fn record(
         &self,
@@ -340,6 +347,17 @@ impl OrderStore for AnyStore {
         match self {
             Self::Postgres(s) => s.order(token, id).await,
             Self::Sqlite(s) => s.order(token, id).await,
+        }
+    }
+
+    async fn recent_orders(
+        &self,
+        token: TokenHash,
+        limit: u32,
+    ) -> Result<Authed<Vec<Order>>, StoreError> {
+        match self {
+            Self::Postgres(s) => s.recent_orders(token, limit).await,
+            Self::Sqlite(s) => s.recent_orders(token, limit).await,
         }
     }
 

@@ -27,6 +27,7 @@ const CREATE_ORDER: &str = include_str!("postgres/create_order.sql");
 const REEXECUTE_ORDER: &str = include_str!("postgres/reexecute_order.sql");
 const RECORD: &str = include_str!("postgres/record.sql");
 const ORDER: &str = include_str!("postgres/order.sql");
+const RECENT_ORDERS: &str = include_str!("postgres/recent_orders.sql");
 const TRIM: &str = include_str!("postgres/trim.sql");
 
 /// Versioned migrations, applied in order, each once.
@@ -425,6 +426,39 @@ impl OrderStore for PgStore {
                 .map_err(|_| StoreError::Unavailable("quantity out of range".into()))?,
             created_at: from_system_time(row.try_get("created_at").map_err(db_error)?),
         })))
+    }
+
+    async fn recent_orders(
+        &self,
+        token: TokenHash,
+        limit: u32,
+    ) -> Result<Authed<Vec<Order>>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(RECENT_ORDERS)
+            .await
+            .map_err(db_error)?;
+        let rows = client
+            .query(&stmt, &[&&token.0[..], &i64::from(limit)])
+            .await
+            .map_err(db_error)?;
+        if rows.is_empty() {
+            return Ok(Authed::Unauthorized);
+        }
+        let mut orders = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: Option<Uuid> = row.try_get("id").map_err(db_error)?;
+            let Some(id) = id else { continue };
+            let quantity: i32 = row.try_get("quantity").map_err(db_error)?;
+            orders.push(Order {
+                id,
+                sku: row.try_get("sku").map_err(db_error)?,
+                quantity: u8::try_from(quantity)
+                    .map_err(|_| StoreError::Unavailable("quantity out of range".into()))?,
+                created_at: from_system_time(row.try_get("created_at").map_err(db_error)?),
+            });
+        }
+        Ok(Authed::Ok(orders))
     }
 
     async fn record(

@@ -423,6 +423,34 @@ impl OrderStore for SqliteStore {
         .await
     }
 
+    async fn recent_orders(
+        &self,
+        token: TokenHash,
+        limit: u32,
+    ) -> Result<Authed<Vec<Order>>, StoreError> {
+        self.with_conn(move |conn| {
+            let Some(account) = account_of(conn, token)? else {
+                return Ok(Authed::Unauthorized);
+            };
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, sku, quantity, created_at FROM orders WHERE account_id = ?1 \
+                 ORDER BY created_at DESC, id DESC LIMIT ?2",
+            )?;
+            let rows = stmt.query_map(params![account, i64::from(limit)], |row| {
+                let id: String = row.get(0)?;
+                let quantity: i64 = row.get(2)?;
+                Ok(Order {
+                    id: Uuid::try_parse(&id).unwrap_or(Uuid::nil()),
+                    sku: row.get(1)?,
+                    quantity: u8::try_from(quantity).unwrap_or(0),
+                    created_at: from_ms(row.get(3)?),
+                })
+            })?;
+            Ok(Authed::Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?))
+        })
+        .await
+    }
+
     async fn record(
         &self,
         token: TokenHash,
