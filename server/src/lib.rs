@@ -42,6 +42,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 pub mod auth;
 pub mod config;
 pub mod fixture;
+pub mod in_transaction;
 pub mod layer;
 pub mod maintenance;
 pub mod metrics;
