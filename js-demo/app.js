@@ -222,13 +222,19 @@ function render() {
   }
 }
 
-/** The account's orders: GET /orders when the server has it, else the orders of this browser's keys. */
+/** How many orders the panel asks GET /orders for (the server caps `limit` at 100). */
+const ORDER_LIST_LIMIT = 100;
+
+/**
+ * The account's orders: GET /orders (newest first, `{"orders":[{id, sku, quantity, created_at}]}`)
+ * when it answers 200, else the orders of this browser's keys (an older server without the list).
+ */
 async function refreshOrders() {
   let orders = null;
-  let source = "GET /orders: every order of the demo account";
+  let source = `GET /orders: the demo account's newest orders (up to ${ORDER_LIST_LIMIT})`;
   try {
-    const response = await fetch("/orders", { headers: auth(), cache: "no-store" });
-    if (response.ok) {
+    const response = await fetch(`/orders?limit=${ORDER_LIST_LIMIT}`, { headers: auth(), cache: "no-store" });
+    if (response.status === 200) {
       const body = await response.json();
       orders = Array.isArray(body) ? body : body.orders;
     }
