@@ -5,7 +5,9 @@ W=${W:-/tmp/idemkey-bench}                 # work dir: cluster, lab, sqlite file
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PGPORT=${PGPORT:-55449}
 PGPASS=solo-laboratorio                    # the article's lab password (start-pg.sh sets it)
+# shellcheck disable=SC2034  # used by run.sh, which sources this file
 LAB_URL="postgresql://postgres:$PGPASS@127.0.0.1:$PGPORT/idempotencia"
+# shellcheck disable=SC2034
 IDK_URL="postgresql://postgres:$PGPASS@127.0.0.1:$PGPORT/idemkey"
 PY=${PY:-python3}
 # NICE=-20 (root) runs the cluster, the servers, wrk and pgbench at high CPU priority, the peer
@@ -41,7 +43,7 @@ stop_proc() {
   if kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid" 2>/dev/null || true
     for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
   fi
   rm -f "$f"
 }
@@ -54,6 +56,7 @@ cpu_ticks() { local p t=0 v; for p in ${1//,/ }; do
 hwm_kb() { local p s=0 m=0 v; for p in ${1//,/ }; do
   v=$(awk '/^VmHWM:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0); v=${v:-0}
   s=$((s + v)); [ "$v" -gt "$m" ] && m=$v; done; echo "$s $m"; }
+# shellcheck disable=SC2034
 HZ=$(getconf CLK_TCK)
 
 # ---- quiet box -------------------------------------------------------------------------------

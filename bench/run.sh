@@ -111,6 +111,8 @@ start_system() {
   [ "$procs" = 2 ] && ports="$P1,$P2"
   for p in ${ports//,/ }; do
     i=$((i + 1))
+    # SERVER_ENV is unquoted on purpose: empty or one NAME=VALUE word for env.
+    # shellcheck disable=SC2086
     case $sys in
       node) HEALTH_PATH='' start_proc "$sys-$i" "$p" \
               env -C "$W/idempotencia-lab" PORT="$p" DATABASE_URL="$LAB_URL" node dist/server.js ;;
@@ -263,6 +265,7 @@ printf 'variant\tscript\tround_trips\tclients\tdur_s\ttps\tlat_avg_ms\tfailed\to
 mkdir -p "$OUT/pgbench"
 cp "$BENCH/pgbench/new-txn.sql" "$OUT/pgbench/"
 "$PY" "$BENCH/pgbench/gen.py" "$ROOT/server/src/store/postgres" "$OUT/pgbench"
+# shellcheck disable=SC2016  # $$hex$$ is SQL dollar quoting
 TOKHEX=$(PSQL idemkey -tAc 'SELECT encode(token_hash, $$hex$$) FROM api_tokens LIMIT 1')
 OID0=$(cat /proc/sys/kernel/random/uuid)
 PGB_VARS=(-D "tok=\\x$TOKHEX" -D "fp=\\x$(printf x | sha256sum | cut -c1-64)" -D 'op=POST /orders:v1'
