@@ -4,8 +4,8 @@
 #![no_main]
 
 use idemkey_core::{
-    decide, ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, NewOrder, Problem, Stored,
-    UnixMillis, MAX_ORDER_BODY_BYTES,
+    ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, MAX_ORDER_BODY_BYTES, NewOrder, Problem,
+    Stored, UnixMillis, decide,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -16,7 +16,9 @@ fn check(problem: &Problem) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&selector, rest)) = data.split_first() else { return };
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
     let split = rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len());
     let (key_field, body) = rest.split_at(split);
     let body = body.get(1..).unwrap_or_default();
@@ -41,11 +43,23 @@ fuzz_target!(|data: &[u8]| {
     let t = UnixMillis(u64::from(selector) * 1000);
     let stored = match selector >> 6 {
         0 => Stored::Nothing,
-        1 => Stored::InFlight { fingerprint: stored_fp, lease_until: t },
-        2 => Stored::Completed { fingerprint: stored_fp, replay_until: t },
-        _ => Stored::Tombstone { fingerprint: stored_fp },
+        1 => Stored::InFlight {
+            fingerprint: stored_fp,
+            lease_until: t,
+        },
+        2 => Stored::Completed {
+            fingerprint: stored_fp,
+            replay_until: t,
+        },
+        _ => Stored::Tombstone {
+            fingerprint: stored_fp,
+        },
     };
-    let policy = if selector & 0x20 == 0 { ExpiryPolicy::Reject } else { ExpiryPolicy::Reexecute };
+    let policy = if selector & 0x20 == 0 {
+        ExpiryPolicy::Reject
+    } else {
+        ExpiryPolicy::Reexecute
+    };
     let decision = decide(stored, fp, UnixMillis(128_000), policy);
     if let Some(problem) = decision.problem(None) {
         check(&problem);
