@@ -514,8 +514,20 @@ fn failover(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         flags.sleep(Duration::from_millis(size.pick(1_500, 20_000)));
         t
     });
-    if pair.standby_in_recovery().unwrap_or(true) {
-        return Err("the standby is still in recovery after promotion".into());
+    // `pg_ctl promote -w` returns once promotion is done, but a check over a
+    // busy socket can fail or race it: poll for a while before concluding.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match pair.standby_in_recovery() {
+            Ok(false) => break,
+            Ok(true) if Instant::now() >= deadline => {
+                return Err("the standby is still in recovery after promotion".into());
+            }
+            Err(err) if Instant::now() >= deadline => {
+                return Err(format!("cannot ask the promoted standby: {err}"));
+            }
+            _ => thread::sleep(Duration::from_millis(200)),
+        }
     }
     let facts = rt.block_on(pg_facts(&pair.standby.url("chaos")));
     drop(servers);
