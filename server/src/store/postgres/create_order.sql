@@ -1,16 +1,26 @@
--- One round trip per new order and per replay: authenticate, claim the key,
--- insert the order and store its response in one autocommit statement.
+-- One round trip per new order and per replay: authenticate, look the key
+-- up, claim it, insert the order and store its response in one autocommit
+-- statement.
 -- $1 token_hash, $2 operation, $3 key, $4 fingerprint, $5 response_body,
 -- $6 response_headers, $7 created_at, $8 replay_until, $9 order id,
 -- $10 sku, $11 quantity.
 --
--- When the key is taken by a row committed before this statement began, the
--- last branch returns it. When the INSERT had to wait for a concurrent
--- claimant that then committed, this statement's snapshot cannot see that
--- row (READ COMMITTED: one snapshot per statement) and no row comes back:
--- the caller then reads it with record.sql, a new statement.
+-- A key committed before this statement began is answered from `existing`
+-- without attempting the INSERT (no speculative insertion, no jsonb parse, no
+-- conflict arbiter check: 1.5x replay throughput at the database, see
+-- docs/performance.md). A key claimed by a concurrent transaction is
+-- invisible to this snapshot, so the INSERT ... ON CONFLICT DO NOTHING waits
+-- for that claimant; if it commits, nothing is inserted and, READ COMMITTED
+-- giving one snapshot per statement, no row comes back either: the caller
+-- then reads the winner's row with record.sql, a new statement.
 WITH caller AS (
     SELECT account_id FROM api_tokens WHERE token_hash = $1::bytea
+), existing AS (
+    SELECT r.fingerprint, r.status, r.response_status, r.response_headers, r.response_body,
+           r.created_at, r.replay_until, r.lease_until, r.resource_id
+    FROM caller c
+    JOIN idempotency_records r
+      ON r.account_id = c.account_id AND r.operation = $2::text AND r.key = $3::text
 ), claim AS (
     INSERT INTO idempotency_records
         (account_id, operation, key, fingerprint, status, response_status,
@@ -18,6 +28,7 @@ WITH caller AS (
     SELECT account_id, $2::text, $3::text, $4::bytea, 'completed', 201,
            $6::text::jsonb, $5::text, $7::timestamptz, $8::timestamptz, $9::uuid::text
     FROM caller
+    WHERE NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (account_id, operation, key) DO NOTHING
     RETURNING account_id
 ), new_order AS (
@@ -35,9 +46,6 @@ UNION ALL
 SELECT 'unauthorized', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT 1 FROM caller)
 UNION ALL
-SELECT 'existing', r.fingerprint, r.status, r.response_status, r.response_headers::text,
-       r.response_body, r.created_at, r.replay_until, r.lease_until, r.resource_id
-FROM caller c
-JOIN idempotency_records r
-  ON r.account_id = c.account_id AND r.operation = $2::text AND r.key = $3::text
-WHERE NOT EXISTS (SELECT 1 FROM claim)
+SELECT 'existing', e.fingerprint, e.status, e.response_status, e.response_headers::text,
+       e.response_body, e.created_at, e.replay_until, e.lease_until, e.resource_id
+FROM existing e
