@@ -8,11 +8,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use idemkey_core::{Fingerprint, UnixMillis};
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
-use tracing::{info, warn};
+use tracing::warn;
 use uuid::Uuid;
 
 use super::store::{
@@ -34,9 +33,6 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[(
     "idempotency_leases",
     include_str!("sqlite/0002_idempotency_leases.sql"),
 )];
-
-/// How long a write waits for another process's write lock (then 503).
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Lease records in an SQLite file.
 #[derive(Clone)]
@@ -92,47 +88,7 @@ impl SqliteLeaseStore {
 }
 
 fn open_and_migrate(path: &Path) -> Result<Connection, StoreError> {
-    let mut conn = Connection::open(path).map_err(sqlite_error)?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(sqlite_error)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(sqlite_error)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        warn!(mode, "SQLite did not switch to WAL");
-    }
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sqlite_error)?;
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (
-             version INTEGER PRIMARY KEY,
-             name TEXT NOT NULL,
-             applied_at INTEGER NOT NULL DEFAULT (unixepoch()))",
-    )
-    .map_err(sqlite_error)?;
-    for (version, name, sql) in MIGRATIONS {
-        let done = tx
-            .query_row(
-                "SELECT 1 FROM schema_migrations WHERE version = ?1",
-                [version],
-                |_| Ok(()),
-            )
-            .optional()
-            .map_err(sqlite_error)?
-            .is_some();
-        if done {
-            continue;
-        }
-        tx.execute_batch(sql).map_err(sqlite_error)?;
-        tx.execute(
-            "INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)",
-            params![version, name],
-        )
-        .map_err(sqlite_error)?;
-        info!(version, name, "applied SQLite migration");
-    }
-    tx.commit().map_err(sqlite_error)?;
-    Ok(conn)
+    crate::store::sqlite::open_with_migrations(path, MIGRATIONS).map_err(sqlite_error)
 }
 
 fn millis(t: UnixMillis) -> i64 {

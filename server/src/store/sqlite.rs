@@ -106,50 +106,53 @@ impl SqliteStore {
 }
 
 fn open_and_migrate(path: &Path) -> Result<Connection, StoreError> {
-    let mut conn = Connection::open(path).map_err(sqlite_error)?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(sqlite_error)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(sqlite_error)?;
+    open_with_migrations(path, MIGRATIONS).map_err(sqlite_error)
+}
+
+/// Opens an SQLite file the way every idemkey store does (busy timeout, WAL,
+/// `synchronous = FULL` so a commit survives a power loss, foreign keys on)
+/// and applies the `(version, name, sql)` migrations not yet recorded in
+/// `schema_migrations`, under the write lock (`BEGIN IMMEDIATE`) so two
+/// processes starting at once migrate once. Shared by the order store and
+/// the idempotency layer's lease store.
+pub(crate) fn open_with_migrations(
+    path: &Path,
+    migrations: &[(i64, &str, &str)],
+) -> Result<Connection, rusqlite::Error> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         warn!(mode, "SQLite did not switch to WAL");
     }
-    // FULL: a committed order survives a power loss, not only a crash.
-    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
-        .map_err(sqlite_error)?;
-    // The write lock serialises migrations between processes.
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sqlite_error)?;
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
              version INTEGER PRIMARY KEY,
              name TEXT NOT NULL,
              applied_at INTEGER NOT NULL DEFAULT (unixepoch()))",
-    )
-    .map_err(sqlite_error)?;
-    for (version, name, sql) in MIGRATIONS {
+    )?;
+    for (version, name, sql) in migrations {
         let done = tx
             .query_row(
                 "SELECT 1 FROM schema_migrations WHERE version = ?1",
                 [version],
                 |_| Ok(()),
             )
-            .optional()
-            .map_err(sqlite_error)?
+            .optional()?
             .is_some();
         if done {
             continue;
         }
-        tx.execute_batch(sql).map_err(sqlite_error)?;
+        tx.execute_batch(sql)?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)",
             params![version, name],
-        )
-        .map_err(sqlite_error)?;
-        info!(version, name, "applied migration");
+        )?;
+        info!(version, name, "applied SQLite migration");
     }
-    tx.commit().map_err(sqlite_error)?;
+    tx.commit()?;
     Ok(conn)
 }
 
