@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes, to_bytes};
@@ -23,10 +23,9 @@ use axum::http::{HeaderMap, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idemkey_core::{ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId};
-use idemkey_server::in_transaction::{Options, Scope, sqlite_in_transaction_async};
-use idemkey_server::store::{
-    AccountId, OrderStore as _, SqliteStore, StoredResponse, TokenHash, from_system_time,
-};
+use idemkey_server::db::{AccountId, Db, PgSettings, TokenHash};
+use idemkey_server::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey_server::in_transaction::{Options, sqlite_in_transaction_async};
 use tower::ServiceExt as _;
 
 const OPERATION: OperationId = OperationId::from_static("POST /payments:v1");
@@ -55,35 +54,32 @@ async fn pay(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Respons
     let Some(cents) = payload["cents"].as_i64().filter(|c| *c > 0) else {
         return (StatusCode::BAD_REQUEST, "cents: a positive integer\n").into_response();
     };
-    let scope = Scope {
-        account: app.account,
+    let record = RecordKey {
+        scope: Scope::account(app.account),
         operation: OPERATION,
         key,
-        fingerprint: Fingerprint::of_value(&OPERATION, &payload),
     };
+    let fingerprint = Fingerprint::of_value(&OPERATION, &payload);
     let options = Options {
         expiry_policy: ExpiryPolicy::Reject,
-        ..Options::new(
-            from_system_time(SystemTime::now()),
-            Duration::from_secs(24 * 3600),
-        )
+        ..Options::new(Duration::from_secs(24 * 3600))
     };
     let account = app.account.0.to_string();
-    let outcome = sqlite_in_transaction_async(app.conn, scope, options, move |tx| {
+    let outcome = sqlite_in_transaction_async(app.conn, record, fingerprint, options, move |tx| {
         // The app's own effect, in the transaction that stores the record.
         tx.execute(
             "INSERT INTO payments (account_id, cents) VALUES (?1, ?2)",
             rusqlite::params![account, cents],
         )?;
         let id = tx.last_insert_rowid();
-        Ok::<_, rusqlite::Error>(StoredResponse {
-            status: 201,
-            headers: vec![
-                ("content-type".into(), "application/json".into()),
-                ("location".into(), format!("/payments/{id}")),
-            ],
-            body: serde_json::json!({ "id": id, "cents": cents }).to_string(),
-        })
+        Ok::<_, rusqlite::Error>(
+            StoredResponse::new(
+                201,
+                serde_json::json!({ "id": id, "cents": cents }).to_string(),
+            )
+            .with_header("content-type", "application/json")
+            .with_header("location", &format!("/payments/{id}")),
+        )
     })
     .await;
     match outcome {
@@ -113,8 +109,12 @@ fn router(app: App) -> Router {
 /// Creates (and migrates) the database, the demo account and the app's own
 /// table.
 async fn open(path: &Path) -> Result<App, Box<dyn std::error::Error>> {
-    // SqliteStore::open applies idemkey's migrations (idempotency_records).
-    let store = SqliteStore::open(path).await?;
+    // Db::open applies idemkey's migrations (idempotency_records).
+    let store = Db::open(
+        &format!("sqlite://{}", path.display()),
+        &PgSettings::default(),
+    )
+    .await?;
     let account = store
         .create_account("demo", TokenHash(rand_bytes()))
         .await?;

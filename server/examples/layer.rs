@@ -24,7 +24,8 @@ use axum::middleware::{Next, from_fn};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idemkey_server::layer::{IdempotencyLayer, SqliteLeaseStore};
+use idemkey_server::db::{Db, PgSettings};
+use idemkey_server::layer::IdempotencyLayer;
 use tower::ServiceExt as _;
 
 /// The authenticated caller, as the app's own auth middleware finds it.
@@ -63,13 +64,14 @@ async fn charges(State(provider): State<Provider>) -> String {
     provider.0.load(Ordering::SeqCst).to_string()
 }
 
-fn app(store: SqliteLeaseStore, provider: Provider) -> Router {
-    let idempotent = IdempotencyLayer::new(store)
-        .lease(Duration::from_secs(30))
-        .replay_ttl(Duration::from_secs(24 * 3600))
-        // The scope comes from authentication, never from a header the
-        // caller picks: it keeps one account's keys from another's.
-        .scope_with(|parts| parts.extensions.get::<Account>().map(|a| a.0.clone()));
+fn app(db: Db, provider: Provider) -> Router {
+    // The scope comes from authentication, never from a header the caller
+    // picks: it keeps one account's keys from another's.
+    let idempotent = IdempotencyLayer::new(db, |parts| {
+        parts.extensions.get::<Account>().map(|a| a.0.clone())
+    })
+    .lease(Duration::from_secs(30))
+    .replay_ttl(Duration::from_secs(24 * 3600));
     Router::new()
         .route("/payments", post(pay))
         .route("/charges", get(charges))
@@ -104,7 +106,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         std::env::temp_dir().join(format!("idemkey-layer-example-{}.db", std::process::id()))
     };
-    let store = SqliteLeaseStore::open(&path).await?;
+    let store = Db::open(
+        &format!("sqlite://{}", path.display()),
+        &PgSettings::default(),
+    )
+    .await?;
     let provider = Provider::default();
     let app = app(store, provider.clone());
 

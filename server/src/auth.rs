@@ -13,7 +13,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use idemkey_core::bearer_token;
 use sha2::{Digest, Sha256};
 
-use crate::store::TokenHash;
+use crate::db::TokenHash;
 
 /// Prefix of every token, so leaked tokens are easy to recognise.
 pub const TOKEN_PREFIX: &str = "idk_";

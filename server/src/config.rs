@@ -126,7 +126,9 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEMKEY_DEMO_DIR", default_value = "js-demo")]
     pub demo_dir: PathBuf,
     /// Test-only fault injection through the `x-idemkey-test-fault` request
-    /// header; refused unless IDEMKEY_ALLOW_TEST_FAULTS=1.
+    /// header; refused unless IDEMKEY_ALLOW_TEST_FAULTS=1. Only in builds
+    /// with the `test-faults` feature.
+    #[cfg(feature = "test-faults")]
     #[arg(long, hide = true)]
     pub test_faults: bool,
 }
@@ -167,6 +169,7 @@ impl ServeArgs {
     /// Checks what clap cannot: fault hooks need the explicit environment
     /// switch, and tombstones must outlive the replay window.
     pub fn validate(&self) -> Result<(), String> {
+        #[cfg(feature = "test-faults")]
         if self.test_faults && std::env::var(ALLOW_TEST_FAULTS_ENV).as_deref() != Ok("1") {
             return Err(format!(
                 "--test-faults is for tests only and needs {ALLOW_TEST_FAULTS_ENV}=1"
@@ -217,6 +220,7 @@ mod tests {
         assert!(args.validate().is_ok());
     }
 
+    #[cfg(feature = "test-faults")]
     #[test]
     fn test_faults_need_the_environment_switch() {
         let cli = Cli::try_parse_from(["idemkey-server", "serve", "--test-faults"]).unwrap();

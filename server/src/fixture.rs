@@ -42,10 +42,8 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::info;
 
 use crate::config::parse_duration;
-use crate::layer::{
-    AnyLeaseStore, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_RESPONSE, IdempotencyLayer,
-    LeaseStore,
-};
+use crate::db::{Db, PgSettings};
+use crate::layer::{DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_RESPONSE, IdempotencyLayer};
 use crate::problems::problem_response;
 use crate::serve::{serve, shutdown_signal};
 
@@ -103,7 +101,7 @@ impl Counter {
 }
 
 /// The fixture's routes behind `layer` (and `POST /reset` outside it).
-pub fn router<St: LeaseStore>(layer: IdempotencyLayer<St>, counter: Counter) -> Router {
+pub fn router(layer: IdempotencyLayer, counter: Counter) -> Router {
     Router::new()
         .route("/echo", post(echo))
         .route("/status/{code}", post(status))
@@ -121,9 +119,13 @@ pub fn router<St: LeaseStore>(layer: IdempotencyLayer<St>, counter: Counter) -> 
         ))
 }
 
+/// The one scope of the fixture's records: it has no authentication, so
+/// every caller shares it (a conformance fixture, never a service).
+pub const FIXTURE_SCOPE: &str = "fixture";
+
 /// The layer as the fixture configures it from its flags.
-pub fn layer<St: LeaseStore>(store: St, args: &FixtureArgs) -> IdempotencyLayer<St> {
-    IdempotencyLayer::new(store)
+pub fn layer(db: Db, args: &FixtureArgs) -> IdempotencyLayer {
+    IdempotencyLayer::new(db, |_| Some(FIXTURE_SCOPE.to_owned()))
         .key_profile(KeyProfile::Lenient)
         .lease(args.lease)
         .replay_ttl(args.replay_ttl)
@@ -151,13 +153,12 @@ pub async fn run(args: FixtureArgs) -> Result<(), String> {
     } else {
         "postgres"
     };
-    let store = AnyLeaseStore::open(&url)
+    let store = Db::open(&url, &PgSettings::default())
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
-    if let AnyLeaseStore::Sqlite(sqlite) = &store {
-        info!(backend, path = %sqlite.path().display(), "fixture database");
-    } else {
-        info!(backend, "fixture database");
+    match &temp_file {
+        Some(path) => info!(backend, path = %path.display(), "fixture database"),
+        None => info!(backend, "fixture database"),
     }
     let app = router(layer(store, &args), Counter::default());
     let listener = TcpListener::bind(args.bind)

@@ -6,20 +6,21 @@
 //! client whose response was lost retries with the same key and gets the
 //! order that was already created, never a second one, through any instance
 //! and across restarts. Every rule (key syntax, fingerprint, decision table,
-//! problem documents) comes from [`idemkey_core`]; this crate moves bytes
-//! between HTTP and the store. [`app`] builds the router, so tests can drive
+//! problem documents) comes from [`idemkey_core`]; one engine
+//! ([`idempotency`]) applies it for the three front ends (the order route,
+//! [`in_transaction`] and the tower [`layer`]) over the stores in [`db`]. [`app`] builds the router, so tests can drive
 //! it without a socket; [`serve()`] runs it with graceful shutdown.
 //!
 //! ```no_run
 //! use axum::body::Body;
 //! use axum::http::Request;
-//! use idemkey_server::store::{PgSettings, PgStore};
-//! use idemkey_server::{AnyStore, AppState, Settings, app};
+//! use idemkey_server::db::{Db, PgSettings};
+//! use idemkey_server::{AppState, Settings, app};
 //! use tower::ServiceExt as _;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = PgStore::connect("postgres://127.0.0.1/idemkey", &PgSettings::default()).await?;
-//! let state = AppState::new(AnyStore::Postgres(store), Settings::default());
+//! let db = Db::open("postgres://127.0.0.1/idemkey", &PgSettings::default()).await?;
+//! let state = AppState::new(db, Settings::default());
 //! let response = app(state)
 //!     .oneshot(Request::get("/healthz").body(Body::empty())?)
 //!     .await?;
@@ -41,7 +42,11 @@ use tower_http::set_header::SetResponseHeaderLayer;
 
 pub mod auth;
 pub mod config;
+pub mod db;
+pub mod faults;
+#[doc(hidden)]
 pub mod fixture;
+pub mod idempotency;
 pub mod in_transaction;
 pub mod layer;
 pub mod maintenance;
@@ -51,11 +56,10 @@ pub mod problems;
 pub mod request_id;
 pub mod routes;
 pub mod serve;
-pub mod store;
 pub mod telemetry;
 
+pub use db::Db;
 pub use serve::{ConnectionControl, serve};
-pub use store::AnyStore;
 
 /// Service settings that the routes read.
 #[derive(Clone, Debug)]
@@ -68,7 +72,8 @@ pub struct Settings {
     pub tombstone_ttl: Duration,
     /// What happens after the replay window.
     pub expiry_policy: ExpiryPolicy,
-    /// Whether the `x-idemkey-test-fault` request header is honoured.
+    /// Whether the `x-idemkey-test-fault` request header is honoured (only
+    /// in builds with the `test-faults` feature; see [`faults`]).
     pub test_faults: bool,
     /// Directory of the demo's static files, when demo mode is on.
     pub demo_dir: Option<std::path::PathBuf>,
@@ -95,34 +100,14 @@ impl Default for Settings {
     }
 }
 
-/// The one place the server reads the time; tests may pass their own.
-#[derive(Clone)]
-pub struct Clock(Arc<dyn Fn() -> UnixMillis + Send + Sync>);
-
-impl Clock {
-    /// The system clock.
-    pub fn system() -> Self {
-        Self(Arc::new(|| store::from_system_time(SystemTime::now())))
-    }
-
-    /// A clock that answers `f()`.
-    pub fn from_fn(f: impl Fn() -> UnixMillis + Send + Sync + 'static) -> Self {
-        Self(Arc::new(f))
-    }
-
-    /// Now.
-    pub fn now(&self) -> UnixMillis {
-        (self.0)()
-    }
+/// The application server's clock, read only for what is shown (an
+/// order's `created_at`): leases, windows, take-overs, re-execution and
+/// trim are all decided at the database's clock.
+pub fn display_now() -> UnixMillis {
+    db::from_system_time(SystemTime::now())
 }
 
-impl std::fmt::Debug for Clock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Clock")
-    }
-}
-
-/// Shared state of the routes: the store, the settings, the clock.
+/// Shared state of the routes: the database, the settings, the metrics.
 #[derive(Clone, Debug)]
 pub struct AppState {
     inner: Arc<Inner>,
@@ -130,35 +115,30 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Inner {
-    store: AnyStore,
+    db: Db,
     settings: Settings,
-    clock: Clock,
     lose_next_response: AtomicBool,
     metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
-    /// State over `store` with the system clock.
-    pub fn new(store: AnyStore, settings: Settings) -> Self {
-        Self::with_clock(store, settings, Clock::system())
-    }
-
-    /// State over `store` with a given clock.
-    pub fn with_clock(store: AnyStore, settings: Settings, clock: Clock) -> Self {
+    /// State over `db`.
+    pub fn new(db: Db, settings: Settings) -> Self {
+        let metrics = Arc::new(metrics::Metrics::default());
+        metrics.register(metrics::FrontEnd::Orders, &idemkey_core::ORDER_OPERATION);
         Self {
             inner: Arc::new(Inner {
-                store,
+                db,
                 settings,
-                clock,
                 lose_next_response: AtomicBool::new(false),
-                metrics: Arc::default(),
+                metrics,
             }),
         }
     }
 
-    /// The store.
-    pub fn store(&self) -> &AnyStore {
-        &self.inner.store
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
     }
 
     /// The metrics of `GET /metrics`.
@@ -169,11 +149,6 @@ impl AppState {
     /// The settings.
     pub fn settings(&self) -> &Settings {
         &self.inner.settings
-    }
-
-    /// The time now, from the state's clock.
-    pub fn now(&self) -> UnixMillis {
-        self.inner.clock.now()
     }
 
     /// Arms the demo's one-shot fault: the next new order commits and its

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use idemkey_server::auth::NewToken;
 use idemkey_server::config::{AccountCommand, Cli, Command, DatabaseArgs, LogFormat, ServeArgs};
+use idemkey_server::db::{DEFAULT_DATABASE_URL, Db, PgSettings};
 use idemkey_server::serve::shutdown_signal;
-use idemkey_server::store::{DEFAULT_DATABASE_URL, OrderStore as _, PgSettings};
-use idemkey_server::{AnyStore, AppState, Clock, Settings, app, maintenance, serve, telemetry};
+use idemkey_server::{AppState, Settings, app, maintenance, serve, telemetry};
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
@@ -69,9 +69,9 @@ fn database_url(database: &DatabaseArgs) -> (&str, bool) {
     }
 }
 
-async fn open_store(database: &DatabaseArgs, settings: &PgSettings) -> Result<AnyStore, String> {
+async fn open_store(database: &DatabaseArgs, settings: &PgSettings) -> Result<Db, String> {
     let (url, _) = database_url(database);
-    AnyStore::open(url, settings)
+    Db::open(url, settings)
         .await
         .map_err(|e| format!("cannot open the database: {e}"))
 }
@@ -103,6 +103,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         }
     }
     let store = open_store(&args.database, &pg).await?;
+    #[cfg(feature = "test-faults")]
     if args.test_faults {
         info!("test fault injection is ON (x-idemkey-test-fault header)");
     }
@@ -124,18 +125,19 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         replay_ttl: args.replay_ttl,
         tombstone_ttl: args.tombstone_ttl,
         expiry_policy: args.expiry_policy,
+        #[cfg(feature = "test-faults")]
         test_faults: args.test_faults,
+        #[cfg(not(feature = "test-faults"))]
+        test_faults: false,
         demo_dir: args.demo.then(|| args.demo_dir.clone()),
         demo_token,
         body_read_timeout: args.body_read_timeout,
     };
-    let clock = Clock::system();
-    let state = AppState::with_clock(store.clone(), settings.clone(), clock.clone());
+    let state = AppState::new(store.clone(), settings.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let trimmer = tokio::spawn(maintenance::run(
         store.clone(),
         settings,
-        clock,
         args.trim_interval,
         args.trim_batch,
         stop_rx,
@@ -156,9 +158,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("server error: {e}"))?;
     let _ = stop_tx.send(true);
     let _ = trimmer.await;
-    if let AnyStore::Postgres(pg) = &store {
-        pg.pool().close();
-    }
+    store.close();
     info!("stopped");
     Ok(())
 }

@@ -1,47 +1,47 @@
-//! The background task that keeps the idempotency records small: records
-//! past their replay window become tombstones (the response is dropped; the
-//! fingerprint and the order id stay, so reuse, expiry and lookups still
-//! answer), and tombstones past their retention are deleted, in small
-//! batches so that no statement holds many locks.
+//! The background task that keeps the records small, for every front end
+//! (one records table): records past their replay window become tombstones
+//! (the response is dropped; the fingerprint and the resource stay, so
+//! reuse, expiry and lookups still answer), and tombstones and abandoned
+//! claims past their retention are deleted, in batches so that no
+//! statement holds many locks, until nothing is left to do. The database's
+//! clock decides what is due.
 
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::store::{AnyStore, OrderStore as _, TrimReport};
-use crate::{Clock, Settings};
+use crate::Settings;
+use crate::db::{Db, StoreError};
+use crate::idempotency::{Records as _, TrimReport};
 
-/// Batches run back to back while a batch comes back full, at most this
-/// many per round, so one round stays short.
-const MAX_BATCHES_PER_ROUND: u32 = 100;
-
-/// One round: trims and deletes in batches until a batch comes back short.
+/// One round: trims and deletes in batches until a batch comes back short
+/// on both counts, so the backlog cannot outgrow the task however fast keys
+/// arrive; stops early (between batches) when `stop` turns true.
 pub async fn trim_round(
-    store: &AnyStore,
+    db: &Db,
     settings: &Settings,
-    now: idemkey_core::UnixMillis,
     batch: u32,
-) -> Result<TrimReport, crate::store::StoreError> {
-    let tombstone_ms = u64::try_from(settings.tombstone_ttl.as_millis()).unwrap_or(u64::MAX);
-    let forget_before = idemkey_core::UnixMillis(now.0.saturating_sub(tombstone_ms));
+    stop: Option<&watch::Receiver<bool>>,
+) -> Result<TrimReport, StoreError> {
     let mut total = TrimReport::default();
-    for _ in 0..MAX_BATCHES_PER_ROUND {
-        let report = store.trim(now, forget_before, batch).await?;
+    loop {
+        let report = db.trim(settings.tombstone_ttl, batch).await?;
         total.trimmed += report.trimmed;
         total.deleted += report.deleted;
-        if report.trimmed < u64::from(batch) && report.deleted < u64::from(batch) {
-            break;
+        let full = report.trimmed >= u64::from(batch) || report.deleted >= u64::from(batch);
+        if !full || stop.is_some_and(|s| *s.borrow()) {
+            return Ok(total);
         }
+        // Let requests in between batches.
+        tokio::task::yield_now().await;
     }
-    Ok(total)
 }
 
 /// Runs [`trim_round`] every `interval` until `stop` turns true.
 pub async fn run(
-    store: AnyStore,
+    db: Db,
     settings: Settings,
-    clock: Clock,
     interval: Duration,
     batch: u32,
     mut stop: watch::Receiver<bool>,
@@ -56,7 +56,7 @@ pub async fn run(
         if *stop.borrow() {
             break;
         }
-        match trim_round(&store, &settings, clock.now(), batch).await {
+        match trim_round(&db, &settings, batch, Some(&stop)).await {
             Ok(r) if r.trimmed > 0 || r.deleted > 0 => {
                 info!(
                     trimmed = r.trimmed,

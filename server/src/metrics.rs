@@ -1,34 +1,34 @@
 //! Prometheus metrics, written by hand in the text exposition format
 //! (version 0.0.4) at `GET /metrics`.
 //!
-//! - `idemkey_requests_total{outcome}`: `POST /orders` requests by
-//!   idempotency outcome ([`Outcome`]);
+//! - `idemkey_requests_total{front_end, operation, outcome}`: requests of
+//!   every front end (`orders`, `in_transaction`, `layer`) by the engine's
+//!   [`Outcome`](crate::idempotency::Outcome) (`executed`, `released`,
+//!   `replayed`, `reused`, `in_progress`, `expired`) or by what stopped them
+//!   before the engine (`invalid`, `unauthorized`, `unavailable`);
 //! - `idemkey_request_duration_seconds`: a latency histogram of
 //!   `POST /orders`;
-//! - `idemkey_pool_*`: database pool gauges (deadpool's `status()` on
-//!   PostgreSQL; the one connection of SQLite).
+//! - `idemkey_pool_*`: database pool gauges.
 //!
-//! The outcome of a `POST /orders` is read off its response by [`record`]:
-//! the order route answers every decision in a distinct way (201, 201 with
-//! `Idempotent-Replayed: true`, or a problem whose status stands for one
-//! code: 422 key reused, 409 in progress, 410 expired, 401, 503; 400, 413
-//! and 415 are invalid requests), so the route itself needs no metrics code. A handler
-//! may still insert an [`Outcome`] extension into its response to say it
-//! explicitly. A request whose connection is dropped on purpose (a test
-//! fault) has no response and is not counted.
+//! Front ends count their own outcomes: the order route tags its response
+//! with an [`OutcomeLabel`] that [`record`] reads; the layer and
+//! `in_transaction` count into the [`Metrics`] they are given.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderValue, Method, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use idemkey_core::REPLAYED_HEADER;
+use idemkey_core::{ORDER_OPERATION, OperationId};
 
-use crate::{AnyStore, AppState};
+use crate::AppState;
+use crate::db::Db;
 
 /// Media type of the exposition format.
 pub const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -38,86 +38,52 @@ pub const BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
-/// What became of one `POST /orders`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// The order was created (a new key, or an expired one re-executed).
-    Executed,
-    /// The stored response was replayed.
-    Replayed,
-    /// 422: the key was used with another payload.
-    Reused,
-    /// 409: a request with the same key is still in progress.
-    InProgress,
-    /// 410: the key's replay window is over.
-    Expired,
-    /// 400, 413 or 415: a bad key, body or media type.
-    Invalid,
-    /// 401: no or an unknown token.
-    Unauthorized,
-    /// 503: the store failed or the outcome is unknown.
-    Unavailable,
+/// Which front end of the engine served a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FrontEnd {
+    /// `POST /orders`.
+    Orders,
+    /// [`crate::in_transaction`].
+    InTransaction,
+    /// [`crate::layer::IdempotencyLayer`].
+    Layer,
 }
 
-impl Outcome {
-    /// Every outcome, in exposition order.
-    pub const ALL: [Outcome; 8] = [
-        Self::Executed,
-        Self::Replayed,
-        Self::Reused,
-        Self::InProgress,
-        Self::Expired,
-        Self::Invalid,
-        Self::Unauthorized,
-        Self::Unavailable,
-    ];
-
-    /// The `outcome` label value.
+impl FrontEnd {
+    /// The `front_end` label value.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Self::Executed => "executed",
-            Self::Replayed => "replayed",
-            Self::Reused => "reused",
-            Self::InProgress => "in_progress",
-            Self::Expired => "expired",
-            Self::Invalid => "invalid",
-            Self::Unauthorized => "unauthorized",
-            Self::Unavailable => "unavailable",
-        }
-    }
-
-    const fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The outcome a `POST /orders` response stands for.
-    pub fn of_response(response: &Response) -> Self {
-        if let Some(outcome) = response.extensions().get::<Outcome>() {
-            return *outcome;
-        }
-        if response.headers().contains_key(REPLAYED_HEADER) {
-            return Self::Replayed;
-        }
-        if response.status().is_success() {
-            return Self::Executed;
-        }
-        // On POST /orders every problem status has one meaning, except 400,
-        // 413 and 415, which are all a bad request.
-        match response.status().as_u16() {
-            422 => Self::Reused,
-            409 => Self::InProgress,
-            410 => Self::Expired,
-            401 => Self::Unauthorized,
-            s if s >= 500 => Self::Unavailable,
-            _ => Self::Invalid,
+            Self::Orders => "orders",
+            Self::InTransaction => "in_transaction",
+            Self::Layer => "layer",
         }
     }
 }
 
-/// The process's counters, shared by every request through [`AppState`].
+/// The outcome of a `POST /orders` response, for [`record`]: the engine's
+/// outcome label, or what stopped the request before the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutcomeLabel(pub &'static str);
+
+type Labels = (FrontEnd, String, &'static str);
+
+/// Every outcome label, engine's and front ends' alike.
+pub const OUTCOMES: [&str; 9] = [
+    "executed",
+    "released",
+    "replayed",
+    "reused",
+    "in_progress",
+    "expired",
+    "invalid",
+    "unauthorized",
+    "unavailable",
+];
+
+/// The process's counters, shared by every front end that is given them.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    outcomes: [AtomicU64; Outcome::ALL.len()],
+    outcomes: Mutex<BTreeMap<Labels, u64>>,
     /// Non-cumulative bucket counts; the last one is `+Inf`.
     buckets: [AtomicU64; BUCKETS.len() + 1],
     sum_micros: AtomicU64,
@@ -125,9 +91,39 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Counts one `POST /orders` with its outcome and latency.
-    pub fn observe(&self, outcome: Outcome, seconds: f64) {
-        self.outcomes[outcome.index()].fetch_add(1, Ordering::Relaxed);
+    /// Counts one request of `front_end` for `operation` with `outcome`.
+    pub fn count(&self, front_end: FrontEnd, operation: &OperationId, outcome: &'static str) {
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
+        *outcomes
+            .entry((front_end, operation.as_str().to_owned(), outcome))
+            .or_default() += 1;
+    }
+
+    /// Starts every outcome of `front_end` for `operation` at 0, so that
+    /// dashboards see each series from the start.
+    pub fn register(&self, front_end: FrontEnd, operation: &OperationId) {
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
+        for outcome in OUTCOMES {
+            outcomes
+                .entry((front_end, operation.as_str().to_owned(), outcome))
+                .or_default();
+        }
+    }
+
+    /// How many requests of `front_end` for `operation` had `outcome`.
+    pub fn counted(&self, front_end: FrontEnd, operation: &OperationId, outcome: &str) -> u64 {
+        let outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
+        outcomes
+            .iter()
+            .filter(|((f, o, out), _)| {
+                *f == front_end && o == operation.as_str() && *out == outcome
+            })
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
+    /// Adds one `POST /orders` latency to the histogram.
+    pub fn observe(&self, seconds: f64) {
         let bucket = BUCKETS
             .iter()
             .position(|le| seconds <= *le)
@@ -139,27 +135,24 @@ impl Metrics {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// How many requests had `outcome` so far.
-    pub fn count(&self, outcome: Outcome) -> u64 {
-        self.outcomes[outcome.index()].load(Ordering::Relaxed)
-    }
-
-    /// The exposition text: counters, histogram and the pool gauges of
-    /// `store`.
-    pub fn render(&self, store: &AnyStore) -> String {
+    /// The exposition text: counters, histogram and the pool gauges of `db`.
+    pub fn render(&self, db: &Db) -> String {
         let mut out = String::with_capacity(2048);
         let _ = writeln!(
             out,
-            "# HELP idemkey_requests_total POST /orders requests by idempotency outcome."
+            "# HELP idemkey_requests_total Requests by front end, operation and idempotency outcome."
         );
         let _ = writeln!(out, "# TYPE idemkey_requests_total counter");
-        for outcome in Outcome::ALL {
-            let _ = writeln!(
-                out,
-                "idemkey_requests_total{{outcome=\"{}\"}} {}",
-                outcome.as_str(),
-                self.count(outcome)
-            );
+        {
+            let outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
+            for ((front_end, operation, outcome), n) in outcomes.iter() {
+                let _ = writeln!(
+                    out,
+                    "idemkey_requests_total{{front_end=\"{}\",operation=\"{}\",outcome=\"{outcome}\"}} {n}",
+                    front_end.as_str(),
+                    escape(operation),
+                );
+            }
         }
         let name = "idemkey_request_duration_seconds";
         let _ = writeln!(out, "# HELP {name} Latency of POST /orders.");
@@ -174,93 +167,63 @@ impl Metrics {
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
         let _ = writeln!(out, "{name}_sum {sum}");
         let _ = writeln!(out, "{name}_count {}", self.count.load(Ordering::Relaxed));
-        render_pool(&mut out, store);
+        let status = db.pool_status();
+        let backend = db.backend();
+        for (gauge, help, value) in [
+            (
+                "idemkey_pool_max_size",
+                "Largest number of database connections.",
+                status.max_size,
+            ),
+            (
+                "idemkey_pool_size",
+                "Database connections open.",
+                status.size,
+            ),
+            (
+                "idemkey_pool_available",
+                "Idle database connections.",
+                status.available,
+            ),
+            (
+                "idemkey_pool_waiting",
+                "Requests waiting for a database connection.",
+                status.waiting,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {gauge} {help}");
+            let _ = writeln!(out, "# TYPE {gauge} gauge");
+            let _ = writeln!(out, "{gauge}{{backend=\"{backend}\"}} {value}");
+        }
         out
     }
 }
 
-fn gauge(out: &mut String, name: &str, help: &str, backend: &str, value: impl std::fmt::Display) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} gauge");
-    let _ = writeln!(out, "{name}{{backend=\"{backend}\"}} {value}");
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
-fn render_pool(out: &mut String, store: &AnyStore) {
-    let backend = store.backend();
-    match store {
-        AnyStore::Postgres(pg) => {
-            let status = pg.pool().status();
-            gauge(
-                out,
-                "idemkey_pool_max_size",
-                "Largest number of database connections.",
-                backend,
-                status.max_size,
-            );
-            gauge(
-                out,
-                "idemkey_pool_size",
-                "Database connections open.",
-                backend,
-                status.size,
-            );
-            gauge(
-                out,
-                "idemkey_pool_available",
-                "Idle database connections.",
-                backend,
-                status.available,
-            );
-            gauge(
-                out,
-                "idemkey_pool_waiting",
-                "Requests waiting for a database connection.",
-                backend,
-                status.waiting,
-            );
-        }
-        // SQLite: one connection behind a mutex, open for the store's life.
-        AnyStore::Sqlite(_) => {
-            gauge(
-                out,
-                "idemkey_pool_max_size",
-                "Largest number of database connections.",
-                backend,
-                1,
-            );
-            gauge(
-                out,
-                "idemkey_pool_size",
-                "Database connections open.",
-                backend,
-                1,
-            );
-        }
-    }
-}
-
-/// Middleware: counts every `POST /orders` by outcome and latency.
+/// Middleware: counts every `POST /orders` by the outcome its route tagged
+/// the response with, and its latency.
 pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let is_order = request.method() == Method::POST
-        && request
-            .extensions()
-            .get::<MatchedPath>()
-            .is_some_and(|p| p.as_str() == "/orders");
-    if !is_order {
-        return next.run(request).await;
-    }
     let started = Instant::now();
     let response = next.run(request).await;
-    state.metrics().observe(
-        Outcome::of_response(&response),
-        started.elapsed().as_secs_f64(),
-    );
+    if let Some(OutcomeLabel(outcome)) = response.extensions().get::<OutcomeLabel>() {
+        state.metrics().observe(started.elapsed().as_secs_f64());
+        state
+            .metrics()
+            .count(FrontEnd::Orders, &ORDER_OPERATION, outcome);
+    }
     response
 }
 
 /// `GET /metrics`.
 pub async fn show(State(state): State<AppState>) -> Response {
-    let mut response = Response::new(state.metrics().render(state.store()).into());
+    let mut response = Response::new(state.metrics().render(state.db()).into());
     *response.status_mut() = StatusCode::OK;
     response
         .headers_mut()
@@ -271,43 +234,28 @@ pub async fn show(State(state): State<AppState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::problems::problem_response;
-    use idemkey_core::Problem;
 
     #[test]
-    fn outcomes_are_read_off_responses() {
-        let cases = [
-            (Problem::key_reused(), Outcome::Reused),
-            (Problem::in_progress(1), Outcome::InProgress),
-            (Problem::key_expired(None), Outcome::Expired),
-            (Problem::unauthorized(), Outcome::Unauthorized),
-            (Problem::service_unavailable(1), Outcome::Unavailable),
-            (Problem::unsupported_media_type(), Outcome::Invalid),
-            (Problem::payload_too_large(8), Outcome::Invalid),
-        ];
-        for (problem, outcome) in cases {
-            assert_eq!(
-                Outcome::of_response(&problem_response(&problem)),
-                outcome,
-                "{problem:?}"
-            );
-        }
-        let mut created = Response::new(axum::body::Body::empty());
-        *created.status_mut() = StatusCode::CREATED;
-        assert_eq!(Outcome::of_response(&created), Outcome::Executed);
-        created
-            .headers_mut()
-            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
-        assert_eq!(Outcome::of_response(&created), Outcome::Replayed);
+    fn outcomes_are_counted_per_front_end_and_operation() {
+        let metrics = Metrics::default();
+        let other = OperationId::from_static("http:v1");
+        metrics.count(FrontEnd::Orders, &ORDER_OPERATION, "executed");
+        metrics.count(FrontEnd::Orders, &ORDER_OPERATION, "executed");
+        metrics.count(FrontEnd::Layer, &other, "replayed");
+        assert_eq!(
+            metrics.counted(FrontEnd::Orders, &ORDER_OPERATION, "executed"),
+            2
+        );
+        assert_eq!(metrics.counted(FrontEnd::Layer, &other, "replayed"), 1);
+        assert_eq!(metrics.counted(FrontEnd::Layer, &other, "executed"), 0);
     }
 
     #[test]
     fn histogram_buckets_are_cumulative() {
         let metrics = Metrics::default();
-        metrics.observe(Outcome::Executed, 0.003);
-        metrics.observe(Outcome::Replayed, 0.2);
-        metrics.observe(Outcome::Replayed, 60.0);
-        assert_eq!(metrics.count(Outcome::Replayed), 2);
+        metrics.observe(0.003);
+        metrics.observe(0.2);
+        metrics.observe(60.0);
         let mut out = String::new();
         let mut cumulative = 0;
         for (i, le) in BUCKETS.iter().enumerate() {
@@ -318,5 +266,10 @@ mod tests {
         assert!(out.contains("0.25:2 "), "{out}");
         assert!(out.contains("5:2 "), "{out}");
         assert_eq!(metrics.count.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
     }
 }

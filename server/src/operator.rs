@@ -20,7 +20,6 @@ use serde_json::{Value, json};
 use tracing::warn;
 
 use crate::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
-use crate::store::{AnyStore, StoreError};
 use crate::{AppState, Settings};
 
 /// The OpenAPI document as shipped, before the running values are filled in.
@@ -37,19 +36,11 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Versions of migrations the store has not applied.
-pub async fn pending_migrations(store: &AnyStore) -> Result<Vec<i64>, StoreError> {
-    match store {
-        AnyStore::Postgres(s) => s.pending_migrations().await,
-        AnyStore::Sqlite(s) => s.pending_migrations().await,
-    }
-}
-
 /// `GET /readyz`: 200 when the database answers and every migration this
 /// build knows is applied; 503 `service-unavailable` otherwise.
 async fn readyz(State(state): State<AppState>) -> Response {
-    let store = state.store();
-    let reason = match pending_migrations(store).await {
+    let store = state.db();
+    let reason = match store.pending_migrations().await {
         Ok(pending) if pending.is_empty() => {
             return json(
                 StatusCode::OK,

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use idemkey_core::Problem;
 use tracing::warn;
 
-use crate::store::StoreError;
+use crate::db::StoreError;
 
 /// Seconds a client should wait after a 503 before retrying with the same key.
 pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;

@@ -348,9 +348,10 @@ async fn lock_wait_over_the_timeout_answers_409_with_retry_after(backend: Backen
         std::thread::spawn(move || {
             env.sql(&format!(
                 "BEGIN;
-                 INSERT INTO idempotency_records (account_id, operation, key, fingerprint, status,
-                     response_status, response_body, created_at, replay_until)
-                 SELECT id, 'POST /orders:v1', '{bare}', sha256('x'), 'completed', 201, '{{}}', now(), now() + interval '1 day'
+                 INSERT INTO idempotency_records (scope, operation, key, fingerprint, claim,
+                     status, response_status, response_body, created_at, replay_until)
+                 SELECT id::text, 'POST /orders:v1', '{bare}', sha256('x'), gen_random_uuid(),
+                     'completed', 201, '{{}}', now(), now() + interval '1 day'
                  FROM accounts;
                  SELECT pg_sleep(2);
                  ROLLBACK;"

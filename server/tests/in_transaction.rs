@@ -7,18 +7,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idemkey_core::{
-    ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId, UnixMillis,
-};
+use idemkey_core::{ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId};
+use idemkey_server::db::{AccountId, Db as AnyDb, PgDb, PgSettings, TokenHash};
+use idemkey_server::idempotency::{RecordKey, Scope, StoredResponse};
 use idemkey_server::in_transaction::{
-    Error, Options, Outcome, Scope, pg_in_transaction, sqlite_in_transaction_async,
-};
-use idemkey_server::store::{
-    AccountId, OrderStore as _, PgSettings, PgStore, SqliteStore, StoredResponse, TokenHash,
+    Error, Options, Outcome, pg_in_transaction, sqlite_in_transaction_async,
 };
 use idemkey_testkit::PgCluster;
 
-const NOW: UnixMillis = UnixMillis(1_764_700_000_000);
+mod common;
+
 const TTL: Duration = Duration::from_secs(3600);
 
 /// A temporary directory removed on drop.
@@ -31,25 +29,36 @@ impl Drop for TempDir {
 }
 
 enum Db {
-    Pg(PgStore),
+    Pg(PgDb),
     Sqlite { path: PathBuf, _dir: TempDir },
 }
 
 struct Env {
     db: Db,
+    url: String,
     account: AccountId,
+}
+
+/// One call's record key and fingerprint.
+#[derive(Clone)]
+struct Call {
+    key: RecordKey,
+    fingerprint: Fingerprint,
 }
 
 async fn postgres() -> Env {
     let cluster = PgCluster::shared().expect("postgres");
     let database = cluster.fresh_database().expect("database");
-    let store = PgStore::connect(&database.url, &PgSettings::default())
+    let db = AnyDb::open(&database.url, &PgSettings::default())
         .await
         .expect("connect");
-    let account = store
+    let account = db
         .create_account("alice", TokenHash([1; 32]))
         .await
         .expect("account");
+    let AnyDb::Postgres(store) = db else {
+        panic!("a PostgreSQL URL opens PostgreSQL")
+    };
     let client = store.pool().get().await.expect("client");
     client
         .batch_execute(
@@ -59,6 +68,7 @@ async fn postgres() -> Env {
         .expect("payments");
     Env {
         db: Db::Pg(store),
+        url: database.url,
         account,
     }
 }
@@ -67,7 +77,10 @@ async fn sqlite() -> Env {
     let dir = std::env::temp_dir().join(format!("idemkey-intx-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("app.db");
-    let store = SqliteStore::open(&path).await.expect("open");
+    let url = format!("sqlite://{}", path.display());
+    let store = AnyDb::open(&url, &PgSettings::default())
+        .await
+        .expect("open");
     let account = store
         .create_account("alice", TokenHash([1; 32]))
         .await
@@ -82,6 +95,7 @@ async fn sqlite() -> Env {
             path,
             _dir: TempDir(dir),
         },
+        url,
         account,
     }
 }
@@ -94,72 +108,95 @@ fn open_sqlite(path: &std::path::Path) -> rusqlite::Connection {
     conn
 }
 
-fn scope(env: &Env, key: &str, cents: u32) -> Scope {
+fn scope(env: &Env, key: &str, cents: u32) -> Call {
     let operation = OperationId::from_static("POST /payments:v1");
     let fingerprint =
         Fingerprint::of_json(&operation, &format!(r#"{{"cents":{cents}}}"#)).expect("json");
-    Scope {
-        account: env.account,
-        operation,
-        key: IdempotencyKey::parse(format!("\"{key}\"").as_bytes(), KeyProfile::Lenient)
-            .expect("key"),
+    Call {
+        key: RecordKey {
+            scope: Scope::account(env.account),
+            operation,
+            key: IdempotencyKey::parse(format!("\"{key}\"").as_bytes(), KeyProfile::Lenient)
+                .expect("key"),
+        },
         fingerprint,
     }
 }
 
-fn response(cents: u32) -> StoredResponse {
-    StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: format!(r#"{{"cents":{cents},"id":"{}"}}"#, uuid::Uuid::new_v4()),
-    }
+/// The closure's answer: 201 with a body that differs on every run, or
+/// `status` when it is not 201.
+fn response(cents: u32, status: u16) -> StoredResponse {
+    StoredResponse::new(
+        status,
+        format!(r#"{{"cents":{cents},"id":"{}"}}"#, uuid::Uuid::new_v4()),
+    )
+    .with_header("content-type", "application/json")
 }
 
 /// Calls the API: the effect inserts one payment (after `delay`), or fails
 /// after inserting when `fail` is set.
 async fn pay(
     env: &Env,
-    scope: &Scope,
+    call: &Call,
     options: Options,
     cents: u32,
     fail: bool,
     delay: Duration,
 ) -> Result<Outcome, Error<String>> {
+    pay_with_status(env, call, options, cents, fail, delay, 201).await
+}
+
+/// [`pay`], the closure answering `status`.
+async fn pay_with_status(
+    env: &Env,
+    call: &Call,
+    options: Options,
+    cents: u32,
+    fail: bool,
+    delay: Duration,
+    status: u16,
+) -> Result<Outcome, Error<String>> {
+    let account = env.account.0;
     match &env.db {
         Db::Pg(store) => {
             let mut client = store.pool().get().await.expect("client");
-            let account = scope.account.0;
-            pg_in_transaction(&mut client, scope, options, move |tx| {
-                Box::pin(async move {
-                    tx.execute(
-                        "INSERT INTO payments (account_id, cents) VALUES ($1, $2)",
-                        &[&account, &i32::try_from(cents).expect("cents")],
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
-                    tokio::time::sleep(delay).await;
-                    if fail {
-                        return Err("the provider said no".to_owned());
-                    }
-                    Ok(response(cents))
-                })
-            })
+            pg_in_transaction(
+                &mut client,
+                &call.key,
+                call.fingerprint,
+                &options,
+                move |tx| {
+                    Box::pin(async move {
+                        tx.execute(
+                            "INSERT INTO payments (account_id, cents) VALUES ($1, $2)",
+                            &[&account, &i32::try_from(cents).expect("cents")],
+                        )
+                        .await
+                        .map_err(|e| e.to_string())?;
+                        tokio::time::sleep(delay).await;
+                        if fail {
+                            return Err("the provider said no".to_owned());
+                        }
+                        Ok(response(cents, status))
+                    })
+                },
+            )
             .await
         }
         Db::Sqlite { path, .. } => {
             let conn = Arc::new(Mutex::new(open_sqlite(path)));
-            let account = scope.account.0.to_string();
-            sqlite_in_transaction_async(conn, scope.clone(), options, move |tx| {
+            let (key, fingerprint) = (call.key.clone(), call.fingerprint);
+            sqlite_in_transaction_async(conn, key, fingerprint, options, move |tx| {
                 tx.execute(
                     "INSERT INTO payments (account_id, cents) VALUES (?1, ?2)",
-                    rusqlite::params![account, cents],
+                    rusqlite::params![account.to_string(), cents],
                 )
                 .map_err(|e| e.to_string())?;
                 std::thread::sleep(delay);
                 if fail {
                     return Err("the provider said no".to_owned());
                 }
-                Ok(response(cents))
+                Ok(response(cents, status))
             })
             .await
         }
@@ -180,7 +217,7 @@ async fn count(env: &Env, table: &str) -> i64 {
 }
 
 fn options() -> Options {
-    Options::new(NOW, TTL)
+    Options::new(TTL)
 }
 
 const NO_DELAY: Duration = Duration::ZERO;
@@ -195,8 +232,7 @@ async fn executes_once_then_replays(env: Env) {
     let Outcome::Executed(stored) = first else {
         panic!("expected Executed, got {first:?}");
     };
-    let later = Options::new(NOW.plus_millis(1000), TTL);
-    let again = pay(&env, &s, later, 500, false, NO_DELAY)
+    let again = pay(&env, &s, options(), 500, false, NO_DELAY)
         .await
         .expect("again");
     assert_eq!(again, Outcome::Replayed(stored));
@@ -271,7 +307,7 @@ async fn ten_concurrent_calls_one_effect(env: Env) {
         match outcome {
             Outcome::Executed(_) => {}
             Outcome::Replayed(r) => assert_eq!(r, executed[0]),
-            Outcome::Rejected(p) => panic!("rejected: {}", p.status()),
+            other => panic!("unexpected: {other:?}"),
         }
     }
     assert_eq!(count(&env, "payments").await, 1);
@@ -283,8 +319,8 @@ async fn expiry_follows_the_policy(env: Env) {
         .await
         .expect("first");
     assert!(matches!(first, Outcome::Executed(_)));
-    let after = NOW.plus_millis(u64::try_from(TTL.as_millis()).expect("ttl"));
-    let rejected = pay(&env, &s, Options::new(after, TTL), 500, false, NO_DELAY)
+    common::age_records(&env.url, TTL).await;
+    let rejected = pay(&env, &s, options(), 500, false, NO_DELAY)
         .await
         .expect("reject");
     assert!(
@@ -293,7 +329,7 @@ async fn expiry_follows_the_policy(env: Env) {
     );
     let reexecute = Options {
         expiry_policy: ExpiryPolicy::Reexecute,
-        ..Options::new(after, TTL)
+        ..options()
     };
     let again = pay(&env, &s, reexecute, 500, false, NO_DELAY)
         .await
@@ -302,18 +338,37 @@ async fn expiry_follows_the_policy(env: Env) {
         panic!("expected Executed, got {again:?}");
     };
     assert_eq!(count(&env, "payments").await, 2);
-    let replay = pay(
-        &env,
-        &s,
-        Options::new(after.plus_millis(1), TTL),
-        500,
-        false,
-        NO_DELAY,
-    )
-    .await
-    .expect("replay");
+    let replay = pay(&env, &s, options(), 500, false, NO_DELAY)
+        .await
+        .expect("replay");
     assert_eq!(replay, Outcome::Replayed(second));
     assert_eq!(count(&env, "idempotency_records").await, 1);
+}
+
+/// A temporary status (429, 503) from the closure is never stored: its
+/// effect is rolled back and the retry runs the closure again.
+async fn temporary_statuses_are_rolled_back_and_run_again(env: Env) {
+    let s = scope(&env, "pay-1", 500);
+    for status in [429, 503] {
+        let outcome = pay_with_status(&env, &s, options(), 500, false, NO_DELAY, status)
+            .await
+            .expect("call");
+        assert!(
+            matches!(&outcome, Outcome::NotStored(r) if r.status == status),
+            "{outcome:?}"
+        );
+        assert_eq!(count(&env, "payments").await, 0, "rolled back");
+        assert_eq!(
+            count(&env, "idempotency_records").await,
+            0,
+            "nothing stored"
+        );
+    }
+    let done = pay(&env, &s, options(), 500, false, NO_DELAY)
+        .await
+        .expect("retry");
+    assert!(matches!(done, Outcome::Executed(_)), "{done:?}");
+    assert_eq!(count(&env, "payments").await, 1);
 }
 
 async fn futures_join<T: Send + 'static>(
@@ -383,4 +438,5 @@ both!(
     closure_error_stores_nothing,
     ten_concurrent_calls_one_effect,
     expiry_follows_the_policy,
+    temporary_statuses_are_rolled_back_and_run_again,
 );

@@ -9,8 +9,8 @@ use axum::http::{Method, Request};
 use axum::response::Response;
 use idemkey_core::ProblemCode;
 use idemkey_server::auth::hash_token;
-use idemkey_server::store::{OrderStore as _, SqliteStore};
-use idemkey_server::{AnyStore, AppState, Settings, app};
+use idemkey_server::db::{Db, PgSettings};
+use idemkey_server::{AppState, Settings, app};
 use serde_json::Value;
 use tower::ServiceExt as _;
 
@@ -36,12 +36,13 @@ impl Sqlite {
 async fn sqlite_state() -> Sqlite {
     let dir = std::env::temp_dir().join(format!("idemkey-operator-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store = SqliteStore::open(dir.join("idemkey.db")).await.unwrap();
+    let url = format!("sqlite://{}", dir.join("idemkey.db").display());
+    let store = Db::open(&url, &PgSettings::default()).await.unwrap();
     store
         .create_account("operator", hash_token(TOKEN))
         .await
         .unwrap();
-    let state = AppState::new(AnyStore::Sqlite(store), Settings::default());
+    let state = AppState::new(store, Settings::default());
     Sqlite { dir, state }
 }
 
@@ -244,7 +245,9 @@ async fn metrics_count_order_outcomes_latency_and_the_pool() {
         ("expired", 0.0),
         ("unavailable", 0.0),
     ] {
-        let name = format!("idemkey_requests_total{{outcome=\"{outcome}\"}}");
+        let name = format!(
+            "idemkey_requests_total{{front_end=\"orders\",operation=\"POST /orders:v1\",outcome=\"{outcome}\"}}"
+        );
         assert_eq!(sample(&text, &name), n, "{outcome}");
     }
     assert!(text.contains("# TYPE idemkey_request_duration_seconds histogram"));
@@ -320,7 +323,7 @@ mod common;
 #[tokio::test]
 async fn postgres_readyz_and_pool_gauges() {
     let env = common::Env::new(common::Backend::Postgres);
-    let store = AnyStore::open(&env.url, &Default::default()).await.unwrap();
+    let store = Db::open(&env.url, &Default::default()).await.unwrap();
     let state = AppState::new(store, Settings::default());
     let (response, body) = get(&state, "/readyz").await;
     assert_eq!(response.status(), 200, "{body}");
@@ -337,7 +340,7 @@ async fn postgres_readyz_and_pool_gauges() {
     );
     assert!(text.contains("idemkey_pool_available{backend=\"postgres\"}"));
 
-    env.sql("DELETE FROM schema_migrations WHERE version = 2");
+    env.sql("DELETE FROM schema_migrations WHERE version = 3");
     let (response, body) = get(&state, "/readyz").await;
     assert_eq!(response.status(), 503, "{body}");
     assert!(body.contains(r#""code":"service-unavailable""#), "{body}");

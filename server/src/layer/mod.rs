@@ -8,22 +8,25 @@
 //! 1. reads the `Idempotency-Key` field with the core's
 //!    [`IdempotencyKey::from_field_lines`](idemkey_core::IdempotencyKey::from_field_lines) (400 problems when it is missing,
 //!    repeated or invalid);
-//! 2. picks the record's **scope** with the scope function (401 when it
-//!    answers `None`);
+//! 2. picks the record's **scope** with the scope function given to
+//!    [`IdempotencyLayer::new`] (401 when it answers `None`): there is no
+//!    shared default, so no integrator gets one namespace for every caller;
 //! 3. reads the whole body within [`IdempotencyLayer::max_request_body`]
 //!    (413 `payload-too-large` above it) and before
 //!    [`IdempotencyLayer::body_read_timeout`] (400 `request-invalid` and the
 //!    connection closed after it) and fingerprints the request (see
 //!    [`default_fingerprint`], or [`IdempotencyLayer::fingerprint_with`]);
-//! 4. **claims** `(scope, operation, key)` with a lease and commits the claim
-//!    in its own short transaction, then asks [`idemkey_core::decide`] what
-//!    any existing record means: replay it (with `Idempotent-Replayed: true`),
-//!    409 with `Retry-After` from the lease's remaining time, 422 for another
-//!    payload, take over a claim whose lease is over, or apply the expiry
-//!    policy (410, or run anew under `reexecute`);
+//! 4. runs the [engine](crate::idempotency) in lease mode: it **claims**
+//!    `(scope, operation, key)` with a lease and commits the claim in its own
+//!    short transaction, then decides, at the database's clock, what any
+//!    existing record means: replay it (with `Idempotent-Replayed: true`),
+//!    409 with a short `Retry-After` (or, opt-in, wait for the first request
+//!    and replay it), 422 for another payload, take over a claim whose lease
+//!    is over, or apply the expiry policy (410, or run anew under
+//!    `reexecute`);
 //! 5. runs the inner service, then stores the status, the allow-listed
-//!    headers and the body. A **5xx** response (or an inner error) releases
-//!    the claim instead, so the client can retry.
+//!    headers and the body. A temporary status (**408, 425, 429, 5xx**) or
+//!    an inner error releases the claim instead, so the client can retry.
 //!
 //! Methods that need no key (GET, HEAD, OPTIONS, and anything not listed in
 //! [`IdempotencyLayer::methods`]) pass through untouched, whatever key they
@@ -33,10 +36,8 @@
 //! unknown paths still get 404 rather than a key problem, and put
 //! authentication outside it (a `.layer(...)` added after it), so the scope
 //! function can read who the caller is. Records are kept per
-//! `(scope, operation, key)` in the table `idempotency_leases`, created by
-//! migration 2 of either backend; each backend runs its migrations when it
-//! opens ([`SqliteLeaseStore::open`], [`PgLeaseStore::connect`],
-//! [`AnyLeaseStore::open`]).
+//! `(scope, operation, key)` in the records table of any [`Db`]
+//! ([`Db::open`] runs the migrations).
 //!
 //! # What "once" means here
 //! The handler's effect is outside the record's transaction, so the promise
@@ -64,23 +65,32 @@
 //! # Example
 //! ```no_run
 //! use axum::{Router, routing::post};
-//! use idemkey_server::layer::{IdempotencyLayer, SqliteLeaseStore};
+//! use idemkey_server::db::{Db, PgSettings};
+//! use idemkey_server::layer::IdempotencyLayer;
 //! use std::time::Duration;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = SqliteLeaseStore::open("leases.db").await?;
-//! let idempotent = IdempotencyLayer::new(store)
-//!     .lease(Duration::from_secs(30))
-//!     .replay_ttl(Duration::from_secs(24 * 3600))
-//!     // Real services scope records by the authenticated caller, e.g. an
-//!     // account id an authentication layer put in the extensions.
-//!     .scope_with(|parts| parts.extensions.get::<Account>().map(|a| a.0.clone()));
+//! let db = Db::open("sqlite://leases.db", &PgSettings::default()).await?;
+//! // Records are scoped by the authenticated caller, e.g. an account id an
+//! // authentication layer put in the extensions.
+//! let idempotent = IdempotencyLayer::new(db, |parts| {
+//!     parts.extensions.get::<Account>().map(|a| a.0.clone())
+//! })
+//! .lease(Duration::from_secs(30))
+//! .replay_ttl(Duration::from_secs(24 * 3600));
 //! let app: Router = Router::new()
 //!     .route("/payments", post(|| async { "paid" }))
 //!     .route_layer(idempotent);
 //! # let _ = app; Ok(())
 //! # }
 //! # #[derive(Clone)] struct Account(String);
+//! ```
+//!
+//! A layer cannot be built without a scope function:
+//! ```compile_fail
+//! # async fn run(db: idemkey_server::db::Db) {
+//! let layer = idemkey_server::layer::IdempotencyLayer::new(db);
+//! # }
 //! ```
 
 use std::collections::HashSet;
@@ -89,30 +99,23 @@ use std::time::Duration;
 
 use axum::http::request::Parts;
 use axum::http::{HeaderName, Method};
-use base64::Engine as _;
-use idemkey_core::{ExpiryPolicy, Fingerprint, KeyProfile, OperationId, Problem};
+use idemkey_core::{
+    DEFAULT_REPLAY_HEADERS, ExpiryPolicy, Fingerprint, KeyProfile, OperationId, Problem,
+};
 use tower::Layer;
 
-use crate::Clock;
+use crate::db::Db;
+use crate::idempotency::{DEFAULT_RETRY_AFTER, Mode, Policy};
+use crate::metrics::Metrics;
 
 mod body;
-pub mod postgres;
 mod service;
-pub mod sqlite;
-pub mod store;
 
-pub use postgres::PgLeaseStore;
 pub use service::IdempotencyService;
-pub use sqlite::SqliteLeaseStore;
-pub use store::{AnyLeaseStore, LeaseStore};
 
 /// The operation id of the layer's records unless
 /// [`IdempotencyLayer::operation`] names another.
 pub const DEFAULT_OPERATION: OperationId = OperationId::from_static("http:v1");
-
-/// The scope of every record unless [`IdempotencyLayer::scope_with`] derives
-/// one per caller: one shared namespace, for unauthenticated fixtures only.
-pub const DEFAULT_SCOPE: &str = "anonymous";
 
 /// Default lease of a claim.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -163,48 +166,31 @@ pub type FingerprintFn =
 /// assert_eq!(one, two);
 /// ```
 pub fn default_fingerprint(operation: &OperationId, parts: &Parts, body: &[u8]) -> Fingerprint {
-    let is_json = parts
+    let content_type = parts
         .headers
         .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|v| idemkey_core::is_json_media_type(v.as_bytes()));
-    let body = if body.is_empty() {
-        serde_json::Value::Null
-    } else {
-        match serde_json::from_slice::<serde_json::Value>(body) {
-            Ok(value) if is_json => serde_json::json!({ "json": value }),
-            _ => serde_json::json!({
-                "base64": base64::engine::general_purpose::STANDARD.encode(body)
-            }),
-        }
-    };
+        .map(axum::http::HeaderValue::as_bytes);
     let path = parts
         .uri
         .path_and_query()
         .map_or_else(|| parts.uri.path(), |pq| pq.as_str());
-    let payload = serde_json::json!({
-        "method": parts.method.as_str(),
-        "path": path,
-        "body": body,
-    });
-    Fingerprint::of_value(operation, &payload)
+    Fingerprint::of_http(operation, parts.method.as_str(), path, content_type, body)
 }
 
 /// Settings shared by every service the layer builds.
 #[derive(Clone)]
 pub(crate) struct Config {
-    pub(crate) operation: OperationId,
     pub(crate) methods: HashSet<Method>,
     pub(crate) key_profile: KeyProfile,
-    pub(crate) lease: Duration,
-    pub(crate) replay_ttl: Duration,
-    pub(crate) expiry_policy: ExpiryPolicy,
+    pub(crate) policy: Policy,
+    pub(crate) operation: OperationId,
     pub(crate) max_request_body: usize,
     pub(crate) body_read_timeout: Duration,
     pub(crate) max_stored_response: usize,
-    pub(crate) replay_headers: Vec<HeaderName>,
+    pub(crate) replay_headers: Vec<String>,
     pub(crate) scope: Arc<ScopeFn>,
     pub(crate) fingerprint: Arc<FingerprintFn>,
-    pub(crate) clock: Clock,
+    pub(crate) metrics: Option<Arc<Metrics>>,
 }
 
 impl std::fmt::Debug for Config {
@@ -213,9 +199,7 @@ impl std::fmt::Debug for Config {
             .field("operation", &self.operation)
             .field("methods", &self.methods)
             .field("key_profile", &self.key_profile)
-            .field("lease", &self.lease)
-            .field("replay_ttl", &self.replay_ttl)
-            .field("expiry_policy", &self.expiry_policy)
+            .field("policy", &self.policy)
             .field("max_request_body", &self.max_request_body)
             .field("body_read_timeout", &self.body_read_timeout)
             .field("max_stored_response", &self.max_stored_response)
@@ -230,41 +214,50 @@ impl std::fmt::Debug for Config {
 /// Built with [`IdempotencyLayer::new`] and adjusted with its builder
 /// methods; cheap to clone.
 #[derive(Clone, Debug)]
-pub struct IdempotencyLayer<St> {
-    store: St,
+pub struct IdempotencyLayer {
+    db: Db,
     config: Arc<Config>,
 }
 
-impl<St: LeaseStore> IdempotencyLayer<St> {
-    /// A layer over `store` with the defaults: operation [`DEFAULT_OPERATION`],
-    /// methods POST and PATCH, the `lenient` key profile, a
-    /// [`DEFAULT_LEASE`] lease, a [`DEFAULT_REPLAY_TTL`] replay window, the
-    /// `reject` expiry policy, [`DEFAULT_MAX_REQUEST_BODY`] and
-    /// [`DEFAULT_MAX_STORED_RESPONSE`], replayed headers `content-type` and
-    /// `location`, the fixed scope [`DEFAULT_SCOPE`], [`default_fingerprint`]
-    /// and the system clock.
-    pub fn new(store: St) -> Self {
+impl IdempotencyLayer {
+    /// A layer over `db` whose records are scoped by `scope` (the
+    /// authenticated account or tenant, derived from the request head;
+    /// `None` answers 401 `unauthorized`). Real services derive it from
+    /// authentication (e.g. an extension their auth layer inserted, applied
+    /// outside this layer), never from a header the caller picks: the scope
+    /// is what keeps one caller's keys from replaying another's responses.
+    ///
+    /// Defaults: operation [`DEFAULT_OPERATION`], methods POST and PATCH,
+    /// the `lenient` key profile, a [`DEFAULT_LEASE`] lease, a
+    /// [`DEFAULT_REPLAY_TTL`] replay window, the `reject` expiry policy, a
+    /// one-second `Retry-After` on 409, no waiting for in-flight requests,
+    /// [`DEFAULT_MAX_REQUEST_BODY`] and [`DEFAULT_MAX_STORED_RESPONSE`], the
+    /// core's replayed headers ([`DEFAULT_REPLAY_HEADERS`]) and
+    /// [`default_fingerprint`].
+    pub fn new(db: Db, scope: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> Self {
+        let policy = Policy::new(Mode::Lease, DEFAULT_LEASE, DEFAULT_REPLAY_TTL);
         Self {
-            store,
+            db,
             config: Arc::new(Config {
-                operation: DEFAULT_OPERATION,
                 methods: [Method::POST, Method::PATCH].into_iter().collect(),
                 key_profile: KeyProfile::Lenient,
-                lease: DEFAULT_LEASE,
-                replay_ttl: DEFAULT_REPLAY_TTL,
-                expiry_policy: ExpiryPolicy::Reject,
+                policy: Policy {
+                    retry_after: DEFAULT_RETRY_AFTER,
+                    ..policy
+                },
+                operation: DEFAULT_OPERATION,
                 max_request_body: DEFAULT_MAX_REQUEST_BODY,
                 body_read_timeout: crate::problems::DEFAULT_BODY_READ_TIMEOUT,
                 max_stored_response: DEFAULT_MAX_STORED_RESPONSE,
-                replay_headers: vec![
-                    axum::http::header::CONTENT_TYPE,
-                    axum::http::header::LOCATION,
-                ],
-                scope: Arc::new(|_: &Parts| Some(DEFAULT_SCOPE.to_owned())),
+                replay_headers: DEFAULT_REPLAY_HEADERS
+                    .iter()
+                    .map(|h| (*h).to_owned())
+                    .collect(),
+                scope: Arc::new(scope),
                 fingerprint: Arc::new(|op: &OperationId, parts: &Parts, body: &[u8]| {
                     Ok(default_fingerprint(op, parts, body))
                 }),
-                clock: Clock::system(),
+                metrics: None,
             }),
         }
     }
@@ -299,22 +292,38 @@ impl<St: LeaseStore> IdempotencyLayer<St> {
     }
 
     /// How long a claim holds the key before another request may take it
-    /// over; also the upper bound of the `Retry-After` of a 409.
+    /// over, counted by the database's clock.
     #[must_use]
     pub fn lease(self, lease: Duration) -> Self {
-        self.with(|c| c.lease = lease)
+        self.with(|c| c.policy.lease = lease)
     }
 
     /// How long a stored response is replayed, from its completion.
     #[must_use]
     pub fn replay_ttl(self, ttl: Duration) -> Self {
-        self.with(|c| c.replay_ttl = ttl)
+        self.with(|c| c.policy.replay_ttl = ttl)
     }
 
     /// What happens after the replay window: 410, or run anew.
     #[must_use]
     pub fn expiry_policy(self, policy: ExpiryPolicy) -> Self {
-        self.with(|c| c.expiry_policy = policy)
+        self.with(|c| c.policy.expiry = policy)
+    }
+
+    /// The `Retry-After` of a 409 for a request in progress (default 1 s;
+    /// never more than the lease left, at least 1 s).
+    #[must_use]
+    pub fn retry_after(self, hint: Duration) -> Self {
+        self.with(|c| c.policy.retry_after = hint)
+    }
+
+    /// Instead of answering 409 to a duplicate of a request in progress,
+    /// wait up to `wait` for it to finish and replay its result (off by
+    /// default: the draft standard's answer is 409). Past `wait` the 409 is
+    /// sent as usual.
+    #[must_use]
+    pub fn wait_for_in_flight(self, wait: Duration) -> Self {
+        self.with(|c| c.policy.wait_for_in_flight = Some(wait))
     }
 
     /// The largest request body read, in bytes (413 above it).
@@ -338,22 +347,13 @@ impl<St: LeaseStore> IdempotencyLayer<St> {
         self.with(|c| c.max_stored_response = bytes)
     }
 
-    /// The response headers stored and replayed (default `content-type` and
-    /// `location`); others are sent the first time only.
+    /// The response headers stored and replayed (default: the core's
+    /// [`DEFAULT_REPLAY_HEADERS`]); others are sent the first time only, and
+    /// the core's never-replayed headers are never stored.
     #[must_use]
     pub fn replay_headers(self, names: impl IntoIterator<Item = HeaderName>) -> Self {
-        let names = names.into_iter().collect();
+        let names = names.into_iter().map(|n| n.as_str().to_owned()).collect();
         self.with(|c| c.replay_headers = names)
-    }
-
-    /// Derives the record's scope (account, tenant) from the request head;
-    /// `None` answers 401 `unauthorized`. Real services must derive it from
-    /// authentication (e.g. an extension their auth layer inserted, applied
-    /// outside this layer), never from a header the caller picks: the scope
-    /// is what keeps one caller's keys from replaying another's responses.
-    #[must_use]
-    pub fn scope_with(self, f: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> Self {
-        self.with(|c| c.scope = Arc::new(f))
     }
 
     /// Replaces [`default_fingerprint`].
@@ -365,22 +365,22 @@ impl<St: LeaseStore> IdempotencyLayer<St> {
         self.with(|c| c.fingerprint = Arc::new(f))
     }
 
-    /// The clock (tests pass their own).
+    /// Counts every guarded request's outcome into `metrics`.
     #[must_use]
-    pub fn clock(self, clock: Clock) -> Self {
-        self.with(|c| c.clock = clock)
+    pub fn metrics(self, metrics: Arc<Metrics>) -> Self {
+        self.with(|c| c.metrics = Some(metrics))
     }
 
-    /// The store.
-    pub fn store(&self) -> &St {
-        &self.store
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
     }
 }
 
-impl<St: LeaseStore, S> Layer<S> for IdempotencyLayer<St> {
-    type Service = IdempotencyService<S, St>;
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        IdempotencyService::new(inner, self.store.clone(), Arc::clone(&self.config))
+        IdempotencyService::new(inner, self.db.clone(), Arc::clone(&self.config))
     }
 }

@@ -6,20 +6,18 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use idemkey_core::{Problem, UnixMillis};
 use tower_http::services::ServeDir;
 
 use crate::AppState;
 use crate::problems::{ApiError, problem_response};
-use crate::store::OrderStore as _;
 
 mod operations;
 mod orders;
 
 pub use operations::lookup_path;
-pub use orders::TEST_FAULT_HEADER;
 
 /// The routes, without the outer layers that [`crate::app`] adds.
 pub fn router(state: AppState) -> Router {
@@ -43,7 +41,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn healthz(State(state): State<AppState>) -> Result<Response, ApiError> {
-    state.store().ping().await?;
+    state.db().ping().await?;
     Ok(json_response(
         StatusCode::OK,
         r#"{"status":"ok"}"#.to_owned(),
@@ -115,24 +113,6 @@ pub fn rfc3339(t: UnixMillis) -> String {
             dt.millisecond()
         ),
         Err(_) => "9999-12-31T23:59:59.999Z".to_owned(),
-    }
-}
-
-impl IntoResponse for crate::store::StoredResponse {
-    fn into_response(self) -> Response {
-        let mut response = Response::new(Body::from(self.body));
-        *response.status_mut() =
-            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let headers = response.headers_mut();
-        for (name, value) in self.headers {
-            if let (Ok(name), Ok(value)) = (
-                axum::http::HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_str(&value),
-            ) {
-                headers.append(name, value);
-            }
-        }
-        response
     }
 }
 

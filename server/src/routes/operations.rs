@@ -7,15 +7,15 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use idemkey_core::{IdempotencyKey, KeyError, ORDER_OPERATION, Problem, Stored};
+use idemkey_core::{IdempotencyKey, KeyError, LookupState, ORDER_OPERATION, Problem};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use serde::Serialize;
 
 use super::{json_response, rfc3339};
 use crate::AppState;
 use crate::auth::bearer_hash;
+use crate::db::Authed;
 use crate::problems::ApiError;
-use crate::store::{Authed, OrderStore as _};
 
 /// Characters escaped in a path segment (RFC 3986 `pchar` keeps the rest).
 const SEGMENT: &AsciiSet = &CONTROLS
@@ -87,36 +87,35 @@ pub(super) async fn show(
 ) -> Result<Response, ApiError> {
     let token = bearer_hash(&headers).ok_or_else(Problem::unauthorized)?;
     let key = key_from_segment(&segment, state.settings().key_profile)?;
-    let record = match state.store().record(token, &ORDER_OPERATION, &key).await? {
+    let read = match state.db().lookup(token, &ORDER_OPERATION, &key).await? {
         Authed::Unauthorized => return Err(Problem::unauthorized().into()),
-        Authed::Ok(record) => record,
+        Authed::Ok(read) => read,
     };
-    let now = state.now();
     let operation = ORDER_OPERATION;
-    let body = match record {
+    // The state at the database's clock, in the core's words.
+    let lookup_state = LookupState::of(
+        read.record
+            .as_ref()
+            .map_or(idemkey_core::Stored::Nothing, |r| r.stored),
+        read.now,
+    );
+    let body = match read.record {
         None => OperationBody {
             key: key.as_str(),
             operation: operation.as_str(),
-            state: "unknown",
+            state: lookup_state.as_str(),
             order: None,
             created_at: None,
             replay_until: None,
         },
-        Some(record) => {
-            let state = match record.stored {
-                Stored::Completed { replay_until, .. } if now < replay_until => "completed",
-                Stored::InFlight { .. } => "in_progress",
-                _ => "expired",
-            };
-            OperationBody {
-                key: key.as_str(),
-                operation: operation.as_str(),
-                state,
-                order: record.resource_id.map(|id| format!("/orders/{id}")),
-                created_at: Some(rfc3339(record.created_at)),
-                replay_until: Some(rfc3339(record.replay_until)),
-            }
-        }
+        Some(record) => OperationBody {
+            key: key.as_str(),
+            operation: operation.as_str(),
+            state: lookup_state.as_str(),
+            order: record.resource_id.map(|id| format!("/orders/{id}")),
+            created_at: Some(rfc3339(record.created_at)),
+            replay_until: record.replay_until.map(rfc3339),
+        },
     };
     let json = serde_json::to_string(&body).unwrap_or_default();
     Ok(json_response(StatusCode::OK, json))

@@ -1,10 +1,10 @@
 //! `POST /orders`, `GET /orders` and `GET /orders/{id}`.
 //!
-//! The create path: the core's head checks in the core's order, the body
-//! read within its limit and validated by the core, then one store call
-//! that claims the key, inserts the order and stores the response in one
-//! transaction, or returns what the key already holds for
-//! [`decide`](idemkey_core::decide).
+//! The create path is the order front end of the engine: the core's head
+//! checks in the core's order, the body read within its limit and validated
+//! by the core, then one database call that claims the key, inserts the
+//! order and stores the response in one transaction, or answers from what
+//! the key holds (decided by [`crate::idempotency`]).
 
 use axum::body::to_bytes;
 use axum::extract::{Path, RawQuery, Request, State};
@@ -12,8 +12,8 @@ use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idemkey_core::{
-    Decision, HeadRules, MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, Problem, ProblemCode,
-    REPLAYED_HEADER, RequestHead, UnixMillis, check_body_len, check_head, decide,
+    HeadRules, MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, Problem, ProblemCode, RequestHead,
+    UnixMillis, check_body_len, check_head,
 };
 use serde::Serialize;
 use tracing::{info, warn};
@@ -21,26 +21,15 @@ use uuid::Uuid;
 
 use super::{json_response, lookup_path, rfc3339};
 use crate::auth::{bearer_hash, hash_token};
+use crate::db::{Authed, Order, OrderDraft, StoreError};
+use crate::faults::{self, Fault};
+use crate::idempotency::{Mode, Outcome, Policy, StoredResponse};
+use crate::metrics::OutcomeLabel;
 use crate::problems::{
     ApiError, UNAVAILABLE_RETRY_AFTER_SECS, body_timeout_response, problem_response,
 };
 use crate::serve::ConnectionControl;
-use crate::store::{
-    Authed, CreateOutcome, Order, OrderDraft, OrderStore as _, ReexecuteOutcome, StoreFault,
-    StoredResponse,
-};
 use crate::{AppState, Settings};
-
-/// Request header naming a fault to inject, honoured only under
-/// `--test-faults`: `fail-storing-result`, `exit-after-commit` or
-/// `drop-after-commit`.
-pub const TEST_FAULT_HEADER: &str = "x-idemkey-test-fault";
-
-/// Exit status of the process when `exit-after-commit` fires.
-pub const EXIT_AFTER_COMMIT_STATUS: i32 = 86;
-
-/// How many times one request re-reads a key that changed under it.
-const MAX_ATTEMPTS: usize = 3;
 
 #[derive(Serialize)]
 struct OrderBody<'a> {
@@ -60,30 +49,48 @@ fn order_body(id: Uuid, sku: &str, quantity: u8, created_at: UnixMillis) -> Stri
     serde_json::to_string(&body).unwrap_or_default()
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
-    FailStoringResult,
-    ExitAfterCommit,
-    DropAfterCommit,
-}
-
-fn requested_fault(settings: &Settings, headers: &HeaderMap) -> Option<Fault> {
-    if !settings.test_faults {
-        return None;
-    }
-    match headers.get(TEST_FAULT_HEADER)?.as_bytes() {
-        b"fail-storing-result" => Some(Fault::FailStoringResult),
-        b"exit-after-commit" => Some(Fault::ExitAfterCommit),
-        b"drop-after-commit" => Some(Fault::DropAfterCommit),
-        _ => None,
+/// The engine's policies for orders, from the running settings.
+fn order_policy(settings: &Settings) -> Policy {
+    Policy {
+        expiry: settings.expiry_policy,
+        lookup: Some(lookup_path),
+        // The claim and the order share one transaction: the lease is
+        // never visible to anyone else.
+        ..Policy::new(
+            Mode::Transactional,
+            std::time::Duration::from_secs(60),
+            settings.replay_ttl,
+        )
     }
 }
 
-/// `POST /orders`.
-pub(super) async fn create(
-    State(state): State<AppState>,
+/// `POST /orders`, its response tagged with its outcome for the metrics.
+pub(super) async fn create(State(state): State<AppState>, request: Request) -> Response {
+    let (label, mut response) = match create_order(&state, request).await {
+        Ok(answered) => answered,
+        Err(err) => (outcome_of_error(&err), err.into_response()),
+    };
+    response.extensions_mut().insert(OutcomeLabel(label));
+    response
+}
+
+/// What stopped a request before the engine answered.
+fn outcome_of_error(err: &ApiError) -> &'static str {
+    match err {
+        ApiError::Store(StoreError::LockTimeout) => "in_progress",
+        ApiError::Store(StoreError::Unavailable(_)) => "unavailable",
+        ApiError::Problem(problem) => match problem.code() {
+            ProblemCode::Unauthorized => "unauthorized",
+            ProblemCode::ServiceUnavailable => "unavailable",
+            _ => "invalid",
+        },
+    }
+}
+
+async fn create_order(
+    state: &AppState,
     request: Request,
-) -> Result<Response, ApiError> {
+) -> Result<(&'static str, Response), ApiError> {
     let (parts, body) = request.into_parts();
     let settings = state.settings();
     let headers = &parts.headers;
@@ -120,7 +127,7 @@ pub(super) async fn create(
     let read = to_bytes(body, MAX_ORDER_BODY_BYTES + 1);
     let Ok(read) = tokio::time::timeout(settings.body_read_timeout, read).await else {
         warn!("the request body did not arrive in time; closing the connection");
-        return Ok(body_timeout_response());
+        return Ok(("invalid", body_timeout_response()));
     };
     let bytes = match read {
         Ok(bytes) => bytes,
@@ -139,88 +146,43 @@ pub(super) async fn create(
     check_body_len(bytes.len() as u64, MAX_ORDER_BODY_BYTES)?;
     let order = NewOrder::from_json(&bytes)?;
     let fingerprint = order.fingerprint();
-    let fault = requested_fault(settings, headers);
+    let fault = faults::requested(settings, headers);
 
-    let now = state.now();
-    let order_id = Uuid::new_v4();
-    let location = format!("/orders/{order_id}");
+    // The time shown in the order; every decision is the database's.
+    let created_at = crate::display_now();
+    let id = Uuid::new_v4();
+    let body = order_body(id, &order.sku, order.quantity, created_at);
+    let response = StoredResponse::new(faults::stored_status(fault, 201), body)
+        .with_header("content-type", "application/json")
+        .with_header("location", &format!("/orders/{id}"));
     let draft = OrderDraft {
         operation: ORDER_OPERATION,
         key: checked.key,
         fingerprint,
-        order_id,
-        created_at: now,
-        replay_until: now.plus_millis(duration_millis(settings.replay_ttl)),
-        response: StoredResponse {
-            status: 201,
-            headers: vec![
-                ("content-type".to_owned(), "application/json".to_owned()),
-                ("location".to_owned(), location),
-            ],
-            body: order_body(order_id, &order.sku, order.quantity, now),
+        order: Order {
+            id,
+            sku: order.sku,
+            quantity: order.quantity,
+            created_at,
         },
-        sku: order.sku,
-        quantity: order.quantity,
+        response,
     };
-    let store_fault =
-        (fault == Some(Fault::FailStoringResult)).then_some(StoreFault::FailStoringResult);
-
-    for _ in 0..MAX_ATTEMPTS {
-        let record = match state
-            .store()
-            .create_order(token, &draft, store_fault)
-            .await?
-        {
-            CreateOutcome::Created => {
-                info!(decision = "execute", order = %order_id, "order created");
-                return Ok(after_commit(&state, fault, &parts.extensions, draft.response).await);
-            }
-            CreateOutcome::Unauthorized => return Err(Problem::unauthorized().into()),
-            CreateOutcome::Existing(record) => record,
-        };
-        let decision = decide(record.stored, fingerprint, now, settings.expiry_policy);
-        info!(decision = decision.as_str(), "key already taken");
-        match decision {
-            Decision::Replay => {
-                let Some(stored) = record.response else {
-                    warn!("completed record without a stored response");
-                    break;
-                };
-                let mut response = stored.into_response();
-                response.headers_mut().insert(
-                    REPLAYED_HEADER,
-                    axum::http::HeaderValue::from_static("true"),
-                );
-                return Ok(response);
-            }
-            Decision::Reexecute | Decision::TakeOver => {
-                match state.store().reexecute_order(token, &draft, now).await? {
-                    ReexecuteOutcome::Replaced => {
-                        info!(decision = decision.as_str(), order = %order_id, "order created");
-                        return Ok(
-                            after_commit(&state, fault, &parts.extensions, draft.response).await,
-                        );
-                    }
-                    ReexecuteOutcome::Unauthorized => return Err(Problem::unauthorized().into()),
-                    ReexecuteOutcome::Changed => continue,
-                }
-            }
-            Decision::Expired => {
-                let lookup = lookup_path(&draft.key);
-                return Err(Problem::key_expired(Some(lookup)).into());
-            }
-            // The record exists, so the core never says execute here; read
-            // it again rather than guess.
-            Decision::Execute => continue,
-            other => {
-                if let Some(problem) = other.problem(None) {
-                    return Err(problem.into());
-                }
-                break;
-            }
+    let policy = order_policy(settings);
+    let outcome = match state.db().create_order(token, &draft, &policy).await? {
+        Authed::Unauthorized => return Err(Problem::unauthorized().into()),
+        Authed::Ok(outcome) => outcome,
+    };
+    let label = outcome.label();
+    info!(outcome = label, "POST /orders");
+    let response = match outcome {
+        Outcome::Executed { response, .. } => {
+            info!(order = %id, "order created");
+            after_commit(state, fault, &parts.extensions, response).await
         }
-    }
-    Err(Problem::service_unavailable(UNAVAILABLE_RETRY_AFTER_SECS).into())
+        Outcome::Replayed(response) => response.to_response(true),
+        Outcome::Rejected { problem, .. } => problem_response(&problem),
+    };
+    Ok((label, response))
 }
 
 fn is_length_limit(err: &axum::Error) -> bool {
@@ -234,10 +196,6 @@ fn is_length_limit(err: &axum::Error) -> bool {
     false
 }
 
-fn duration_millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The answer to a committed new order, unless a fault says otherwise.
 async fn after_commit(
     state: &AppState,
@@ -245,11 +203,7 @@ async fn after_commit(
     extensions: &axum::http::Extensions,
     response: StoredResponse,
 ) -> Response {
-    let drop_connection = fault == Some(Fault::DropAfterCommit) || state.take_lose_next_response();
-    if fault == Some(Fault::ExitAfterCommit) {
-        warn!("test fault: exiting right after COMMIT, before answering");
-        std::process::exit(EXIT_AFTER_COMMIT_STATUS);
-    }
+    let drop_connection = faults::after_commit(fault) || state.take_lose_next_response();
     if drop_connection {
         if let Some(control) = extensions.get::<ConnectionControl>() {
             warn!("fault: closing the connection after COMMIT, without a response");
@@ -261,7 +215,7 @@ async fn after_commit(
         // answer what a client would see from a proxy that lost the answer.
         return problem_response(&Problem::service_unavailable(UNAVAILABLE_RETRY_AFTER_SECS));
     }
-    response.into_response()
+    response.to_response(false)
 }
 
 /// How many orders `GET /orders` lists without `?limit=`.
@@ -303,7 +257,7 @@ pub(super) async fn list(
 ) -> Result<Response, ApiError> {
     let token = bearer_hash(&headers).ok_or_else(Problem::unauthorized)?;
     let limit = list_limit(query.as_deref())?;
-    match state.store().recent_orders(token, limit).await? {
+    match state.db().recent_orders(token, limit).await? {
         Authed::Unauthorized => Err(Problem::unauthorized().into()),
         Authed::Ok(orders) => {
             let list = OrderList {
@@ -335,7 +289,7 @@ pub(super) async fn show(
     // Still ask the store for a malformed id, so that an unknown token gets
     // 401 rather than 404 whatever the path says.
     let lookup_id = id.unwrap_or(Uuid::nil());
-    match state.store().order(token, lookup_id).await? {
+    match state.db().order(token, lookup_id).await? {
         Authed::Unauthorized => Err(Problem::unauthorized().into()),
         Authed::Ok(Some(Order {
             id,

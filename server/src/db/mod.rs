@@ -1,0 +1,310 @@
+//! Every database the server speaks: one folder per backend, each holding
+//! its records store ([`Records`]), its order statements and its migrations
+//! (every statement in a `.sql` file next to its code), behind one [`Db`]
+//! enum opened from a URL. Nothing outside this module matches on the
+//! backend.
+//!
+//! Every call that acts for a caller takes the caller's [`TokenHash`] and
+//! resolves the account in the same statement (or transaction) as the work
+//! itself, so authentication costs no extra round trip.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idemkey_core::{IdempotencyKey, OperationId, UnixMillis};
+use thiserror::Error;
+use uuid::Uuid;
+
+use crate::idempotency::{
+    ClaimToken, Claimed, NewClaim, Outcome, Policy, Read, Record, RecordKey, Records,
+    StoredResponse, TrimReport,
+};
+
+pub mod postgres;
+pub mod sqlite;
+
+pub use postgres::{PgDb, PgSettings};
+pub use sqlite::SqliteDb;
+
+/// SHA-256 of an API token: the only form in which tokens are stored.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TokenHash(pub [u8; 32]);
+
+impl std::fmt::Debug for TokenHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Even the hash stays out of logs.
+        f.write_str("TokenHash(..)")
+    }
+}
+
+/// An account's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AccountId(pub Uuid);
+
+/// Why a database call failed. Messages go to logs only, never to clients.
+#[derive(Clone, Debug, Error)]
+pub enum StoreError {
+    /// A lock wait exceeded `lock_timeout`: another request holds the key.
+    #[error("lock wait timed out")]
+    LockTimeout,
+    /// The database is unreachable, timed out, or the outcome is unknown.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The answer to a call for a caller: the token is unknown, or the result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Authed<T> {
+    /// The token belongs to no account.
+    Unauthorized,
+    /// The caller's result.
+    Ok(T),
+}
+
+/// An order as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Order {
+    /// Its id.
+    pub id: Uuid,
+    /// Stock-keeping unit.
+    pub sku: String,
+    /// Quantity.
+    pub quantity: u8,
+    /// When the server accepted it.
+    pub created_at: UnixMillis,
+}
+
+/// A new order, ready to be written with its key's record: everything the
+/// 201 says is known before the statement runs.
+#[derive(Clone, Debug)]
+pub struct OrderDraft {
+    /// The operation, part of the record's key.
+    pub operation: OperationId,
+    /// The idempotency key.
+    pub key: IdempotencyKey,
+    /// The validated payload's fingerprint.
+    pub fingerprint: idemkey_core::Fingerprint,
+    /// The new order.
+    pub order: Order,
+    /// The 201 response to store.
+    pub response: StoredResponse,
+}
+
+/// Connection-pool figures for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Largest number of connections.
+    pub max_size: usize,
+    /// Connections open.
+    pub size: usize,
+    /// Idle connections.
+    pub available: usize,
+    /// Requests waiting for a connection.
+    pub waiting: usize,
+}
+
+/// The database chosen at start-up.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Db {
+    /// PostgreSQL: the shared, multi-instance store.
+    Postgres(PgDb),
+    /// SQLite: the embedded, single-host store.
+    Sqlite(SqliteDb),
+}
+
+/// The database used when none is given: a file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://idemkey.db";
+
+/// The one place that matches on the backend: `$body` with `$db` bound to
+/// the backend's store.
+macro_rules! each {
+    ($self:expr, $db:ident => $body:expr) => {
+        match $self {
+            Db::Postgres($db) => $body,
+            Db::Sqlite($db) => $body,
+        }
+    };
+}
+
+impl Db {
+    /// Opens the database a URL names and applies pending migrations:
+    /// `postgres://...` (or `postgresql://`) or `sqlite://PATH` (relative to
+    /// the working directory; `sqlite:///abs/path` for an absolute one).
+    pub async fn open(url: &str, settings: &PgSettings) -> Result<Self, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres(PgDb::connect(url, settings).await?))
+        } else if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(StoreError::Unavailable(
+                    "sqlite:// needs a file path".into(),
+                ));
+            }
+            Ok(Self::Sqlite(SqliteDb::open(path).await?))
+        } else {
+            // The URL may hold a password: never repeat it.
+            Err(StoreError::Unavailable(
+                "unknown database URL: use postgres://... or sqlite://PATH".into(),
+            ))
+        }
+    }
+
+    /// `postgres` or `sqlite`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Postgres(_) => "postgres",
+            Self::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        each!(self, db => db.ping().await)
+    }
+
+    /// Versions of this build's migrations that the database has not
+    /// applied (empty when it is up to date).
+    pub async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
+        each!(self, db => db.pending_migrations().await)
+    }
+
+    /// The connection pool's figures.
+    pub fn pool_status(&self) -> PoolStatus {
+        each!(self, db => db.pool_status())
+    }
+
+    /// Closes the pool's connections (at shutdown).
+    pub fn close(&self) {
+        each!(self, db => db.close())
+    }
+
+    /// Creates an account and stores the hash of its first token.
+    pub async fn create_account(
+        &self,
+        name: &str,
+        token: TokenHash,
+    ) -> Result<AccountId, StoreError> {
+        each!(self, db => db.create_account(name, token).await)
+    }
+
+    /// Adds a token to the oldest account called `name`, creating the
+    /// account when there is none (the demo accounts).
+    pub async fn add_named_token(
+        &self,
+        name: &str,
+        token: TokenHash,
+    ) -> Result<AccountId, StoreError> {
+        each!(self, db => db.add_named_token(name, token).await)
+    }
+
+    /// Creates the draft's order with its key's record in one transaction,
+    /// or answers from what the key holds: the order route's front end.
+    pub async fn create_order(
+        &self,
+        token: TokenHash,
+        draft: &OrderDraft,
+        policy: &Policy,
+    ) -> Result<Authed<Outcome<()>>, StoreError> {
+        each!(self, db => db.create_order(token, draft, policy).await)
+    }
+
+    /// The caller's order with this id, if it is theirs.
+    pub async fn order(
+        &self,
+        token: TokenHash,
+        id: Uuid,
+    ) -> Result<Authed<Option<Order>>, StoreError> {
+        each!(self, db => db.order(token, id).await)
+    }
+
+    /// The caller's newest orders, newest first, at most `limit`.
+    pub async fn recent_orders(
+        &self,
+        token: TokenHash,
+        limit: u32,
+    ) -> Result<Authed<Vec<Order>>, StoreError> {
+        each!(self, db => db.recent_orders(token, limit).await)
+    }
+
+    /// What the caller's account holds for `(operation, key)`, with the
+    /// store's clock.
+    pub async fn lookup(
+        &self,
+        token: TokenHash,
+        operation: &OperationId,
+        key: &IdempotencyKey,
+    ) -> Result<Authed<Read>, StoreError> {
+        each!(self, db => db.lookup(token, operation, key).await)
+    }
+}
+
+impl Records for Db {
+    async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
+        each!(self, db => db.claim(key, claim).await)
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
+        each!(self, db => db.read(key).await)
+    }
+
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        previous: &Record,
+        claim: &NewClaim,
+    ) -> Result<bool, StoreError> {
+        each!(self, db => db.take_over(key, previous, claim).await)
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: ClaimToken,
+        response: &StoredResponse,
+        replay_ttl: Duration,
+        resource_id: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        each!(self, db => db.complete(key, token, response, replay_ttl, resource_id).await)
+    }
+
+    async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
+        each!(self, db => db.release(key, token).await)
+    }
+
+    async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
+        each!(self, db => db.trim(retention, batch).await)
+    }
+}
+
+/// Milliseconds since the epoch as a [`SystemTime`].
+pub fn to_system_time(t: UnixMillis) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(t.0)
+}
+
+/// A [`SystemTime`] as milliseconds since the epoch (0 before the epoch).
+pub fn from_system_time(t: SystemTime) -> UnixMillis {
+    let ms = t
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    UnixMillis(ms)
+}
+
+/// A duration in whole milliseconds, as statements take it.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_round_trips_through_system_time() {
+        let t = UnixMillis(1_764_700_000_123);
+        assert_eq!(from_system_time(to_system_time(t)), t);
+    }
+
+    #[test]
+    fn token_hash_debug_hides_the_bytes() {
+        assert_eq!(format!("{:?}", TokenHash([7; 32])), "TokenHash(..)");
+    }
+}

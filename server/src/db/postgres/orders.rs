@@ -1,0 +1,222 @@
+//! The order route's statements on PostgreSQL: the one-round-trip fast
+//! path of `POST /orders`, its transactional slow path, and the reads.
+
+use deadpool_postgres::GenericClient as _;
+use idemkey_core::{Decision, IdempotencyKey, OperationId};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::records::read_from_row;
+use super::{PgDb, db_error, run_in_transaction};
+use crate::db::{
+    AccountId, Authed, Order, OrderDraft, StoreError, TokenHash, from_system_time, millis,
+    to_system_time,
+};
+use crate::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Scope, Step};
+
+const CREATE_ORDER: &str = include_str!("sql/create_order.sql");
+const INSERT_ORDER: &str = include_str!("sql/insert_order.sql");
+const LOOKUP: &str = include_str!("sql/lookup.sql");
+const ORDER: &str = include_str!("sql/order.sql");
+const RECENT_ORDERS: &str = include_str!("sql/recent_orders.sql");
+
+impl PgDb {
+    /// `POST /orders`: the fused statement claims the key, inserts the order
+    /// and stores its response in one round trip, or returns what the key
+    /// holds; the engine answers from that, and only a take-over or a
+    /// re-execution takes the transactional path.
+    pub(in crate::db) async fn create_order(
+        &self,
+        token: TokenHash,
+        draft: &OrderDraft,
+        policy: &Policy,
+    ) -> Result<Authed<Outcome<()>>, StoreError> {
+        let mut client = self.client().await?;
+        let stmt = client
+            .prepare_cached(CREATE_ORDER)
+            .await
+            .map_err(db_error)?;
+        let fingerprint = &draft.fingerprint.as_bytes()[..];
+        let (operation, key) = (draft.operation.as_str(), draft.key.as_str());
+        let headers = draft.response.headers_json();
+        let body = draft.response.body.as_deref().unwrap_or_default();
+        let replay = millis(policy.replay_ttl);
+        let quantity = i32::from(draft.order.quantity);
+        let created_at = to_system_time(draft.order.created_at);
+        let status = i32::from(draft.response.status);
+        let claim = ClaimToken::random().0;
+        let params: [&(dyn ToSql + Sync); 13] = [
+            &&token.0[..],
+            &operation,
+            &key,
+            &fingerprint,
+            &claim,
+            &body,
+            &headers,
+            &replay,
+            &draft.order.id,
+            &draft.order.sku,
+            &quantity,
+            &created_at,
+            &status,
+        ];
+        let rows = client.query(&stmt, &params).await.map_err(db_error)?;
+        let (account, read) = match rows.first() {
+            Some(row) => match row.try_get::<_, &str>("outcome").map_err(db_error)? {
+                "created" => {
+                    return Ok(Authed::Ok(Outcome::Executed {
+                        decision: Decision::Execute,
+                        value: (),
+                        response: draft.response.clone(),
+                        stored: true,
+                    }));
+                }
+                "unauthorized" => return Ok(Authed::Unauthorized),
+                _ => (account_of_row(row)?, read_from_row(row)?),
+            },
+            // The claim waited for a concurrent claimant that committed:
+            // this statement's snapshot could not see its row. A new one can.
+            None => match lookup_row(&client, token, operation, key).await? {
+                Authed::Unauthorized => return Ok(Authed::Unauthorized),
+                Authed::Ok(found) => found,
+            },
+        };
+        let record_key = RecordKey {
+            scope: Scope::account(account),
+            operation: draft.operation.clone(),
+            key: draft.key.clone(),
+        };
+        if let Step::Answer(answer) =
+            idempotency::step(&read, &record_key, draft.fingerprint, policy)
+        {
+            return Ok(Authed::Ok(answer.into()));
+        }
+        // The transactional path: a take-over or a re-execution (rare).
+        let (order, response) = (draft.order.clone(), draft.response.clone());
+        let outcome = run_in_transaction(
+            &mut client,
+            &record_key,
+            draft.fingerprint,
+            policy,
+            None,
+            |tx| {
+                Box::pin(async move {
+                    let quantity = i32::from(order.quantity);
+                    let created_at = to_system_time(order.created_at);
+                    tx.execute(
+                        INSERT_ORDER,
+                        &[&order.id, &account.0, &order.sku, &quantity, &created_at],
+                    )
+                    .await
+                    .map_err(db_error)?;
+                    Ok(Done {
+                        response,
+                        resource: Some(order.id.to_string()),
+                        value: (),
+                    })
+                })
+            },
+        )
+        .await;
+        match outcome {
+            Ok(outcome) => Ok(Authed::Ok(outcome)),
+            Err(idempotency::Error::Effect(err) | idempotency::Error::Store(err)) => Err(err),
+        }
+    }
+
+    pub(in crate::db) async fn lookup(
+        &self,
+        token: TokenHash,
+        operation: &OperationId,
+        key: &IdempotencyKey,
+    ) -> Result<Authed<Read>, StoreError> {
+        let client = self.client().await?;
+        Ok(
+            match lookup_row(&client, token, operation.as_str(), key.as_str()).await? {
+                Authed::Unauthorized => Authed::Unauthorized,
+                Authed::Ok((_, read)) => Authed::Ok(read),
+            },
+        )
+    }
+
+    pub(in crate::db) async fn order(
+        &self,
+        token: TokenHash,
+        id: Uuid,
+    ) -> Result<Authed<Option<Order>>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(ORDER).await.map_err(db_error)?;
+        let Some(row) = client
+            .query_opt(&stmt, &[&&token.0[..], &id])
+            .await
+            .map_err(db_error)?
+        else {
+            return Ok(Authed::Unauthorized);
+        };
+        Ok(Authed::Ok(order_from_row(&row)?))
+    }
+
+    pub(in crate::db) async fn recent_orders(
+        &self,
+        token: TokenHash,
+        limit: u32,
+    ) -> Result<Authed<Vec<Order>>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(RECENT_ORDERS)
+            .await
+            .map_err(db_error)?;
+        let rows = client
+            .query(&stmt, &[&&token.0[..], &i64::from(limit)])
+            .await
+            .map_err(db_error)?;
+        if rows.is_empty() {
+            return Ok(Authed::Unauthorized);
+        }
+        let mut orders = Vec::with_capacity(rows.len());
+        for row in &rows {
+            orders.extend(order_from_row(row)?);
+        }
+        Ok(Authed::Ok(orders))
+    }
+}
+
+async fn lookup_row(
+    client: &deadpool_postgres::Object,
+    token: TokenHash,
+    operation: &str,
+    key: &str,
+) -> Result<Authed<(AccountId, Read)>, StoreError> {
+    let stmt = client.prepare_cached(LOOKUP).await.map_err(db_error)?;
+    let row = client
+        .query_opt(&stmt, &[&&token.0[..], &operation, &key])
+        .await
+        .map_err(db_error)?;
+    match row {
+        None => Ok(Authed::Unauthorized),
+        Some(row) => Ok(Authed::Ok((account_of_row(&row)?, read_from_row(&row)?))),
+    }
+}
+
+fn account_of_row(row: &Row) -> Result<AccountId, StoreError> {
+    let id: Uuid = row.try_get("account_id").map_err(db_error)?;
+    Ok(AccountId(id))
+}
+
+/// An order from a row of order.sql or recent_orders.sql; `None` for the
+/// NULL row that stands for "no order".
+fn order_from_row(row: &Row) -> Result<Option<Order>, StoreError> {
+    let id: Option<Uuid> = row.try_get("id").map_err(db_error)?;
+    let Some(id) = id else {
+        return Ok(None);
+    };
+    let quantity: i32 = row.try_get("quantity").map_err(db_error)?;
+    Ok(Some(Order {
+        id,
+        sku: row.try_get("sku").map_err(db_error)?,
+        quantity: u8::try_from(quantity)
+            .map_err(|_| StoreError::Unavailable("quantity out of range".into()))?,
+        created_at: from_system_time(row.try_get("created_at").map_err(db_error)?),
+    }))
+}

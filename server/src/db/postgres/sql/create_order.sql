@@ -1,0 +1,56 @@
+-- The order route's fast path, one round trip per new order and per
+-- replay: authenticate, look the key up, claim it, insert the order and
+-- store its response in one autocommit statement, at the store's clock.
+-- $1 token_hash, $2 operation, $3 key, $4 fingerprint, $5 claim,
+-- $6 response_body, $7 response_headers, $8 replay ms, $9 order id,
+-- $10 sku, $11 quantity, $12 order created_at (shown in the body),
+-- $13 response status.
+--
+-- A key committed before this statement began is answered from `existing`
+-- (with the store's clock, for the engine to decide on) without attempting
+-- the INSERT. A key claimed by a concurrent transaction is invisible to
+-- this snapshot, so the INSERT ... ON CONFLICT DO NOTHING waits for that
+-- claimant; if it commits, nothing is inserted and, READ COMMITTED giving
+-- one snapshot per statement, no row comes back either: the caller then
+-- reads the winner's row with lookup.sql, a new statement.
+WITH caller AS (
+    SELECT account_id, account_id::text AS scope FROM api_tokens WHERE token_hash = $1::bytea
+), existing AS (
+    SELECT r.fingerprint, r.claim, r.status, r.lease_until, r.replay_until, r.created_at,
+           r.response_status, r.response_headers, r.response_body, r.resource_id
+    FROM caller c
+    JOIN idempotency_records r
+      ON r.scope = c.scope AND r.operation = $2::text AND r.key = $3::text
+), claim AS (
+    INSERT INTO idempotency_records
+        (scope, operation, key, fingerprint, claim, status, response_status,
+         response_headers, response_body, created_at, replay_until, resource_id)
+    SELECT scope, $2::text, $3::text, $4::bytea, $5::uuid, 'completed', $13::int4,
+           $7::text, $6::bytea, statement_timestamp(),
+           statement_timestamp() + $8::int8 * interval '1 millisecond', $9::uuid::text
+    FROM caller
+    WHERE NOT EXISTS (SELECT 1 FROM existing)
+    ON CONFLICT (scope, operation, key) DO NOTHING
+    RETURNING 1
+), new_order AS (
+    INSERT INTO orders (id, account_id, sku, quantity, created_at)
+    SELECT $9::uuid, c.account_id, $10::text, $11::int4, $12::timestamptz
+    FROM claim, caller c
+    RETURNING id
+)
+SELECT 'created'::text AS outcome, NULL::uuid AS account_id,
+       statement_timestamp() AS now, NULL::bytea AS fingerprint, NULL::uuid AS claim,
+       NULL::text AS status, NULL::timestamptz AS lease_until,
+       NULL::timestamptz AS replay_until, NULL::timestamptz AS created_at,
+       NULL::int4 AS response_status, NULL::text AS response_headers,
+       NULL::bytea AS response_body, NULL::text AS resource_id
+FROM new_order
+UNION ALL
+SELECT 'unauthorized', NULL, statement_timestamp(), NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (SELECT 1 FROM caller)
+UNION ALL
+SELECT 'existing', c.account_id, statement_timestamp(), e.fingerprint, e.claim, e.status,
+       e.lease_until, e.replay_until, e.created_at, e.response_status, e.response_headers,
+       e.response_body, e.resource_id
+FROM existing e, caller c

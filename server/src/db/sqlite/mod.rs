@@ -1,0 +1,271 @@
+//! SQLite: one file, WAL journal, `BEGIN IMMEDIATE` for every transaction
+//! that writes, a busy timeout, and the same tables, primary keys and
+//! one-transaction-per-order contract as PostgreSQL. Several processes may
+//! share the file: SQLite admits one writer at a time, and `BEGIN
+//! IMMEDIATE` takes the write lock before the first read, so a claim's
+//! insert and the read of what the key holds see one consistent file.
+//!
+//! The store's clock is SQLite's own (`unixepoch('subsec')` inside each
+//! statement). rusqlite is blocking: each call takes the store's one
+//! connection on a blocking thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OptionalExtension as _, TransactionBehavior, params};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::{AccountId, PoolStatus, StoreError, TokenHash};
+
+mod orders;
+mod records;
+mod transaction;
+
+pub use records::SqliteRecords;
+pub use transaction::run_in_transaction;
+
+/// Versioned migrations, numbered as the PostgreSQL ones of the same tables.
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("migrations/0001_init.sql")),
+    (
+        2,
+        "idempotency_leases",
+        include_str!("migrations/0002_idempotency_leases.sql"),
+    ),
+    (
+        3,
+        "one_records_table",
+        include_str!("migrations/0003_one_records_table.sql"),
+    ),
+];
+
+/// How long a write waits for another process's write lock (then 503).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The SQLite database.
+#[derive(Clone)]
+pub struct SqliteDb {
+    path: Arc<PathBuf>,
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for SqliteDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteDb")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SqliteDb {
+    /// Opens (creating if needed) the file at `path`, switches it to WAL and
+    /// applies pending migrations.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let for_open = path.clone();
+        let conn = tokio::task::spawn_blocking(move || open_connection(&for_open))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("open task: {e}")))?
+            .map_err(sqlite_error)?;
+        Ok(Self {
+            path: Arc::new(path),
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The connection, for callers that run their own statements next to
+    /// ours (e.g. [`crate::in_transaction`]); held for whole transactions.
+    pub fn connection(&self) -> Arc<Mutex<Connection>> {
+        Arc::clone(&self.conn)
+    }
+
+    /// Runs `f` with the connection on a blocking thread.
+    pub(super) async fn with_conn<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            // A panic while holding the lock leaves no half transaction
+            // behind (rusqlite rolls back on drop), so the poison is moot.
+            let mut guard = conn.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("blocking task: {e}")))?
+    }
+
+    pub(super) fn pool_status(&self) -> PoolStatus {
+        // One connection behind a mutex, open for the store's life.
+        PoolStatus {
+            max_size: 1,
+            size: 1,
+            available: 0,
+            waiting: 0,
+        }
+    }
+
+    pub(super) fn close(&self) {}
+
+    pub(super) async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
+        self.with_conn(|conn| {
+            let mut stmt = conn
+                .prepare("SELECT version FROM schema_migrations")
+                .map_err(sqlite_error)?;
+            let applied = stmt
+                .query_map([], |row| row.get::<_, i64>(0))
+                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                .map_err(sqlite_error)?;
+            Ok(MIGRATIONS
+                .iter()
+                .map(|(version, _, _)| *version)
+                .filter(|version| !applied.contains(version))
+                .collect())
+        })
+        .await
+    }
+
+    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+        self.with_conn(|conn| {
+            conn.query_row("SELECT 1", [], |_| Ok(()))
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(super) async fn create_account(
+        &self,
+        name: &str,
+        token: TokenHash,
+    ) -> Result<AccountId, StoreError> {
+        let name = name.to_owned();
+        let id = Uuid::new_v4();
+        self.with_conn(move |conn| {
+            let tx = immediate(conn)?;
+            tx.execute(
+                "INSERT INTO accounts (id, name) VALUES (?1, ?2)",
+                params![id.to_string(), name],
+            )
+            .map_err(sqlite_error)?;
+            tx.execute(
+                "INSERT INTO api_tokens (token_hash, account_id) VALUES (?1, ?2)",
+                params![&token.0[..], id.to_string()],
+            )
+            .map_err(sqlite_error)?;
+            tx.commit().map_err(sqlite_error)
+        })
+        .await?;
+        Ok(AccountId(id))
+    }
+
+    pub(super) async fn add_named_token(
+        &self,
+        name: &str,
+        token: TokenHash,
+    ) -> Result<AccountId, StoreError> {
+        let name = name.to_owned();
+        let new_id = Uuid::new_v4().to_string();
+        let id = self
+            .with_conn(move |conn| {
+                let tx = immediate(conn)?;
+                let existing: Option<String> = tx
+                    .query_row(
+                        "SELECT id FROM accounts WHERE name = ?1 ORDER BY created_at, id LIMIT 1",
+                        [&name],
+                        |row| row.get(0),
+                    )
+                    .optional()
+                    .map_err(sqlite_error)?;
+                let id = match existing {
+                    Some(id) => id,
+                    None => {
+                        tx.execute(
+                            "INSERT INTO accounts (id, name) VALUES (?1, ?2)",
+                            params![new_id, name],
+                        )
+                        .map_err(sqlite_error)?;
+                        new_id
+                    }
+                };
+                tx.execute(
+                    "INSERT INTO api_tokens (token_hash, account_id) VALUES (?1, ?2)",
+                    params![&token.0[..], id],
+                )
+                .map_err(sqlite_error)?;
+                tx.commit().map_err(sqlite_error)?;
+                Ok(id)
+            })
+            .await?;
+        Uuid::try_parse(&id)
+            .map(AccountId)
+            .map_err(|_| StoreError::Unavailable("account id is not a UUID".into()))
+    }
+}
+
+/// `BEGIN IMMEDIATE`: the write lock before the first read.
+pub(super) fn immediate(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
+    conn.transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sqlite_error)
+}
+
+/// Opens an SQLite file the way every idemkey store does (busy timeout, WAL,
+/// `synchronous = FULL` so a commit survives a power loss, foreign keys on)
+/// and applies the migrations not yet recorded in `schema_migrations`, under
+/// the write lock, so two processes starting at once migrate once.
+fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        warn!(mode, "SQLite did not switch to WAL");
+    }
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version INTEGER PRIMARY KEY,
+             name TEXT NOT NULL,
+             applied_at INTEGER NOT NULL DEFAULT (unixepoch()))",
+    )?;
+    for (version, name, sql) in MIGRATIONS {
+        let done = tx
+            .query_row(
+                "SELECT 1 FROM schema_migrations WHERE version = ?1",
+                [version],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some();
+        if done {
+            continue;
+        }
+        tx.execute_batch(sql)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)",
+            params![version, name],
+        )?;
+        info!(version, name, "applied SQLite migration");
+    }
+    tx.commit()?;
+    Ok(conn)
+}
+
+/// Maps an SQLite error by its code, never by message text: a lock held
+/// past the busy timeout is overload (503), like every other failure.
+pub(crate) fn sqlite_error(err: rusqlite::Error) -> StoreError {
+    let code = err.sqlite_error_code();
+    if code == Some(ErrorCode::DatabaseBusy) || code == Some(ErrorCode::DatabaseLocked) {
+        warn!("SQLite write lock wait timed out");
+        return StoreError::Unavailable("database is busy".into());
+    }
+    warn!(code = ?code, error = %err, "SQLite error");
+    StoreError::Unavailable(format!("sqlite: {code:?}"))
+}

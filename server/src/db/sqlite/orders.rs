@@ -1,0 +1,163 @@
+//! The order route's statements on SQLite: `POST /orders` as one `BEGIN
+//! IMMEDIATE` transaction through the engine, and the reads.
+
+use idemkey_core::{IdempotencyKey, OperationId, UnixMillis};
+use rusqlite::{Connection, OptionalExtension as _, params};
+use uuid::Uuid;
+
+use super::records::read_from_row;
+use super::{SqliteDb, run_in_transaction, sqlite_error};
+use crate::db::{AccountId, Authed, Order, OrderDraft, StoreError, TokenHash};
+use crate::idempotency::{self, Done, Outcome, Policy, Read, RecordKey, Scope};
+
+const ACCOUNT: &str = include_str!("sql/account.sql");
+const INSERT_ORDER: &str = include_str!("sql/insert_order.sql");
+const ORDER: &str = include_str!("sql/order.sql");
+const READ: &str = include_str!("sql/read.sql");
+const RECENT_ORDERS: &str = include_str!("sql/recent_orders.sql");
+
+fn ms(t: UnixMillis) -> i64 {
+    i64::try_from(t.0).unwrap_or(i64::MAX)
+}
+
+fn from_ms(v: i64) -> UnixMillis {
+    UnixMillis(u64::try_from(v).unwrap_or(0))
+}
+
+fn account_of(conn: &Connection, token: TokenHash) -> Result<Option<AccountId>, StoreError> {
+    let id: Option<String> = conn
+        .prepare_cached(ACCOUNT)
+        .and_then(|mut stmt| stmt.query_row([&token.0[..]], |row| row.get(0)).optional())
+        .map_err(sqlite_error)?;
+    id.map(|id| {
+        Uuid::try_parse(&id)
+            .map(AccountId)
+            .map_err(|_| StoreError::Unavailable("account id is not a UUID".into()))
+    })
+    .transpose()
+}
+
+impl SqliteDb {
+    /// `POST /orders`: authenticate, then claim, insert the order and store
+    /// its response in one `BEGIN IMMEDIATE` transaction through the engine.
+    pub(in crate::db) async fn create_order(
+        &self,
+        token: TokenHash,
+        draft: &OrderDraft,
+        policy: &Policy,
+    ) -> Result<Authed<Outcome<()>>, StoreError> {
+        let (draft, policy) = (draft.clone(), *policy);
+        self.with_conn(move |conn| {
+            let Some(account) = account_of(conn, token)? else {
+                return Ok(Authed::Unauthorized);
+            };
+            let key = RecordKey {
+                scope: Scope::account(account),
+                operation: draft.operation.clone(),
+                key: draft.key.clone(),
+            };
+            let outcome = run_in_transaction(conn, &key, draft.fingerprint, &policy, |tx| {
+                tx.prepare_cached(INSERT_ORDER)
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![
+                            draft.order.id.to_string(),
+                            account.0.to_string(),
+                            draft.order.sku,
+                            i64::from(draft.order.quantity),
+                            ms(draft.order.created_at),
+                        ])
+                    })
+                    .map_err(sqlite_error)?;
+                Ok(Done {
+                    response: draft.response.clone(),
+                    resource: Some(draft.order.id.to_string()),
+                    value: (),
+                })
+            });
+            match outcome {
+                Ok(outcome) => Ok(Authed::Ok(outcome)),
+                Err(idempotency::Error::Effect(err) | idempotency::Error::Store(err)) => Err(err),
+            }
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn lookup(
+        &self,
+        token: TokenHash,
+        operation: &OperationId,
+        key: &IdempotencyKey,
+    ) -> Result<Authed<Read>, StoreError> {
+        let (operation, key) = (operation.as_str().to_owned(), key.as_str().to_owned());
+        self.with_conn(move |conn| {
+            let Some(account) = account_of(conn, token)? else {
+                return Ok(Authed::Unauthorized);
+            };
+            let scope = account.0.to_string();
+            conn.prepare_cached(READ)
+                .and_then(|mut stmt| stmt.query_row(params![scope, operation, key], read_from_row))
+                .map(Authed::Ok)
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn order(
+        &self,
+        token: TokenHash,
+        id: Uuid,
+    ) -> Result<Authed<Option<Order>>, StoreError> {
+        self.with_conn(move |conn| {
+            let Some(account) = account_of(conn, token)? else {
+                return Ok(Authed::Unauthorized);
+            };
+            let order = conn
+                .prepare_cached(ORDER)
+                .and_then(|mut stmt| {
+                    stmt.query_row(params![account.0.to_string(), id.to_string()], |row| {
+                        let quantity: i64 = row.get(1)?;
+                        Ok(Order {
+                            id,
+                            sku: row.get(0)?,
+                            quantity: u8::try_from(quantity).unwrap_or(0),
+                            created_at: from_ms(row.get(2)?),
+                        })
+                    })
+                    .optional()
+                })
+                .map_err(sqlite_error)?;
+            Ok(Authed::Ok(order))
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn recent_orders(
+        &self,
+        token: TokenHash,
+        limit: u32,
+    ) -> Result<Authed<Vec<Order>>, StoreError> {
+        self.with_conn(move |conn| {
+            let Some(account) = account_of(conn, token)? else {
+                return Ok(Authed::Unauthorized);
+            };
+            let orders = conn
+                .prepare_cached(RECENT_ORDERS)
+                .and_then(|mut stmt| {
+                    stmt.query_map(params![account.0.to_string(), i64::from(limit)], |row| {
+                        let id: String = row.get(0)?;
+                        let quantity: i64 = row.get(2)?;
+                        Ok(Order {
+                            id: Uuid::try_parse(&id).unwrap_or(Uuid::nil()),
+                            sku: row.get(1)?,
+                            quantity: u8::try_from(quantity).unwrap_or(0),
+                            created_at: from_ms(row.get(3)?),
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(sqlite_error)?;
+            Ok(Authed::Ok(orders))
+        })
+        .await
+    }
+}

@@ -1,0 +1,308 @@
+//! The records store on SQLite: [`SqliteRecords`] over a connection or an
+//! open transaction, and the database's own [`Records`] (each call one
+//! `BEGIN IMMEDIATE` transaction, committed before it returns).
+
+use std::time::Duration;
+
+use idemkey_core::{Fingerprint, UnixMillis};
+use rusqlite::{Connection, Row, params};
+use uuid::Uuid;
+
+use super::{SqliteDb, immediate, sqlite_error};
+use crate::db::{StoreError, millis};
+use crate::idempotency::{
+    ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
+    state_name, stored_from_columns,
+};
+
+const CLAIM: &str = include_str!("sql/claim.sql");
+const READ: &str = include_str!("sql/read.sql");
+const TAKE_OVER: &str = include_str!("sql/take_over.sql");
+const COMPLETE: &str = include_str!("sql/complete.sql");
+const RELEASE: &str = include_str!("sql/release.sql");
+const TRIM: &str = include_str!("sql/trim.sql");
+const PURGE: &str = include_str!("sql/purge.sql");
+
+/// The records of one connection or transaction. Its calls are blocking:
+/// use it on a blocking thread.
+#[derive(Debug)]
+pub struct SqliteRecords<'a>(pub &'a Connection);
+
+impl SqliteRecords<'_> {
+    pub(super) fn claim_now(
+        &self,
+        key: &RecordKey,
+        claim: &NewClaim,
+    ) -> Result<Claimed, StoreError> {
+        let inserted = self
+            .0
+            .prepare_cached(CLAIM)
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    key.scope.as_str(),
+                    key.operation.as_str(),
+                    key.key.as_str(),
+                    &claim.fingerprint.as_bytes()[..],
+                    &claim.token.0.as_bytes()[..],
+                    millis(claim.lease),
+                ])
+            })
+            .map_err(sqlite_error)?;
+        if inserted == 1 {
+            Ok(Claimed::Won)
+        } else {
+            Ok(Claimed::Taken(self.read_now(key)?))
+        }
+    }
+
+    pub(super) fn read_now(&self, key: &RecordKey) -> Result<Read, StoreError> {
+        self.0
+            .prepare_cached(READ)
+            .and_then(|mut stmt| {
+                stmt.query_row(
+                    params![key.scope.as_str(), key.operation.as_str(), key.key.as_str()],
+                    read_from_row,
+                )
+            })
+            .map_err(sqlite_error)
+    }
+
+    fn take_over_now(
+        &self,
+        key: &RecordKey,
+        previous: &Record,
+        claim: &NewClaim,
+    ) -> Result<bool, StoreError> {
+        let n = self
+            .0
+            .prepare_cached(TAKE_OVER)
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    key.scope.as_str(),
+                    key.operation.as_str(),
+                    key.key.as_str(),
+                    &claim.fingerprint.as_bytes()[..],
+                    &claim.token.0.as_bytes()[..],
+                    millis(claim.lease),
+                    &previous.token.0.as_bytes()[..],
+                    state_name(&previous.stored),
+                ])
+            })
+            .map_err(sqlite_error)?;
+        Ok(n == 1)
+    }
+
+    fn complete_now(
+        &self,
+        key: &RecordKey,
+        token: ClaimToken,
+        response: &StoredResponse,
+        replay_ttl: Duration,
+        resource_id: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let n = self
+            .0
+            .prepare_cached(COMPLETE)
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    key.scope.as_str(),
+                    key.operation.as_str(),
+                    key.key.as_str(),
+                    &token.0.as_bytes()[..],
+                    millis(replay_ttl),
+                    i64::from(response.status),
+                    response.headers_json(),
+                    response.body.as_deref(),
+                    resource_id,
+                ])
+            })
+            .map_err(sqlite_error)?;
+        Ok(n == 1)
+    }
+
+    fn release_now(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
+        let n = self
+            .0
+            .prepare_cached(RELEASE)
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    key.scope.as_str(),
+                    key.operation.as_str(),
+                    key.key.as_str(),
+                    &token.0.as_bytes()[..],
+                ])
+            })
+            .map_err(sqlite_error)?;
+        Ok(n == 1)
+    }
+
+    fn trim_now(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
+        let trimmed = self
+            .0
+            .execute(TRIM, params![i64::from(batch)])
+            .map_err(sqlite_error)?;
+        let deleted = self
+            .0
+            .execute(PURGE, params![millis(retention), i64::from(batch)])
+            .map_err(sqlite_error)?;
+        Ok(TrimReport {
+            trimmed: trimmed as u64,
+            deleted: deleted as u64,
+        })
+    }
+}
+
+impl Records for SqliteRecords<'_> {
+    async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
+        self.claim_now(key, claim)
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
+        self.read_now(key)
+    }
+
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        previous: &Record,
+        claim: &NewClaim,
+    ) -> Result<bool, StoreError> {
+        self.take_over_now(key, previous, claim)
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: ClaimToken,
+        response: &StoredResponse,
+        replay_ttl: Duration,
+        resource_id: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.complete_now(key, token, response, replay_ttl, resource_id)
+    }
+
+    async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
+        self.release_now(key, token)
+    }
+
+    async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
+        self.trim_now(retention, batch)
+    }
+}
+
+impl SqliteDb {
+    /// Runs `f` on the records in one `BEGIN IMMEDIATE` transaction,
+    /// committed when `f` succeeds.
+    async fn in_write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&SqliteRecords<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.with_conn(move |conn| {
+            let tx = immediate(conn)?;
+            let value = f(&SqliteRecords(&tx))?;
+            tx.commit().map_err(sqlite_error)?;
+            Ok(value)
+        })
+        .await
+    }
+}
+
+/// The database's records: each call its own committed transaction.
+impl Records for SqliteDb {
+    async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
+        let (key, claim) = (key.clone(), *claim);
+        self.in_write(move |r| r.claim_now(&key, &claim)).await
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
+        let key = key.clone();
+        self.with_conn(move |conn| SqliteRecords(conn).read_now(&key))
+            .await
+    }
+
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        previous: &Record,
+        claim: &NewClaim,
+    ) -> Result<bool, StoreError> {
+        let (key, previous, claim) = (key.clone(), previous.clone(), *claim);
+        self.in_write(move |r| r.take_over_now(&key, &previous, &claim))
+            .await
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: ClaimToken,
+        response: &StoredResponse,
+        replay_ttl: Duration,
+        resource_id: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (key, response) = (key.clone(), response.clone());
+        let resource_id = resource_id.map(str::to_owned);
+        self.in_write(move |r| {
+            r.complete_now(&key, token, &response, replay_ttl, resource_id.as_deref())
+        })
+        .await
+    }
+
+    async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
+        let key = key.clone();
+        self.in_write(move |r| r.release_now(&key, token)).await
+    }
+
+    async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
+        self.in_write(move |r| r.trim_now(retention, batch)).await
+    }
+}
+
+fn from_ms(v: i64) -> UnixMillis {
+    UnixMillis(u64::try_from(v).unwrap_or(0))
+}
+
+/// The store's clock and the record (if any) from a row of read.sql.
+pub(super) fn read_from_row(row: &Row<'_>) -> rusqlite::Result<Read> {
+    let now = from_ms(row.get("now")?);
+    let fingerprint: Option<Vec<u8>> = row.get("fingerprint")?;
+    let Some(fingerprint) = fingerprint else {
+        return Ok(Read { now, record: None });
+    };
+    // The schema's CHECKs keep these lengths; anything else is corruption.
+    let malformed = || rusqlite::Error::IntegralValueOutOfRange(0, 0);
+    let fingerprint =
+        Fingerprint::from_bytes(<[u8; 32]>::try_from(fingerprint).map_err(|_| malformed())?);
+    let claim: Vec<u8> = row.get("claim")?;
+    let token = ClaimToken(Uuid::from_slice(&claim).map_err(|_| malformed())?);
+    let state: String = row.get("status")?;
+    let lease_until: Option<i64> = row.get("lease_until")?;
+    let replay_until: Option<i64> = row.get("replay_until")?;
+    let status: Option<i64> = row.get("response_status")?;
+    let headers: Option<String> = row.get("response_headers")?;
+    let body: Option<Vec<u8>> = row.get("response_body")?;
+    let response = match status {
+        Some(status) => Some(StoredResponse {
+            status: u16::try_from(status).map_err(|_| malformed())?,
+            headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
+            body: body.map(Into::into),
+        }),
+        None => None,
+    };
+    Ok(Read {
+        now,
+        record: Some(Record {
+            stored: stored_from_columns(
+                &state,
+                fingerprint,
+                lease_until.map(from_ms),
+                replay_until.map(from_ms),
+            ),
+            token,
+            response,
+            resource_id: row.get("resource_id")?,
+            created_at: from_ms(row.get("created_at")?),
+            replay_until: replay_until.map(from_ms),
+        }),
+    })
+}
