@@ -106,6 +106,17 @@ print(" ".join(["component:" + c for c in t.get("components", [])] + ["target:" 
         cargo fuzz --version
     fi
 
+    # libfaketime: the clock-skew tests run a server whose clock is off.
+    if [[ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]]; then
+        if [[ $EUID -eq 0 ]] && have apt-get; then
+            apt-get update -qq
+            apt-get install -y -qq --no-install-recommends faketime
+        else
+            echo "libfaketime not found: install Debian's faketime" >&2
+            return 1
+        fi
+    fi
+
     # The PostgreSQL server binaries the integration tests start
     # (idemkey-testkit); Debian's package if none are on the machine.
     if [[ -z "${IDEMKEY_PG_BIN:-}" ]] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then

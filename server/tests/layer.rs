@@ -371,7 +371,7 @@ async fn concurrent_first_requests_run_the_handler_once(backend: Backend) {
     }
 }
 
-async fn a_server_error_releases_the_key_and_other_statuses_are_kept(backend: Backend) {
+async fn a_temporary_status_releases_the_key_and_other_statuses_are_kept(backend: Backend) {
     let db = database(backend);
     let app = fixture_app(open(&db).await, |l| l);
     for _ in 0..2 {
@@ -380,13 +380,28 @@ async fn a_server_error_releases_the_key_and_other_statuses_are_kept(backend: Ba
         assert!(!reply.replayed());
     }
     assert_eq!(counter(&app).await, 2, "each retry after a 5xx runs again");
+    // 408, 425 and 429 say "try again" too: never stored, never replayed.
+    for (i, status) in [408, 425, 429].into_iter().enumerate() {
+        let path = format!("/status/{status}");
+        let key = format!("k-temp-{i}");
+        for _ in 0..2 {
+            let reply = send(&app, post_to(&path, Some(&key), None, "")).await;
+            assert_eq!(reply.status, status);
+            assert!(!reply.replayed(), "{status} is not replayed");
+        }
+    }
+    assert_eq!(counter(&app).await, 8, "every retry ran the handler");
+    let stored = common::count_records(&db.url).await;
+    assert_eq!(stored, 0, "no temporary answer is stored");
+    let _ = send(&app, post_to("/status/503", Some("k-7"), None, "")).await;
+    assert_eq!(counter(&app).await, 9);
     // A 4xx is an answer: stored and replayed.
     let first = send(&app, post_to("/status/404", Some("k-8"), None, "")).await;
     let retry = send(&app, post_to("/status/404", Some("k-8"), None, "")).await;
     assert_eq!((retry.status, retry.text().as_str()), (404, "status:404"));
     assert_eq!(retry.header("content-type"), Some("text/plain"));
     assert!(!first.replayed() && retry.replayed());
-    assert_eq!(counter(&app).await, 3);
+    assert_eq!(counter(&app).await, 10);
 }
 
 async fn after_the_replay_window_reject_answers_410(backend: Backend) {
@@ -596,6 +611,78 @@ async fn a_custom_fingerprint_decides_what_counts_as_the_same_request(backend: B
     assert_eq!(retry.text(), "1");
 }
 
+/// Opt-in: a duplicate of a request in progress waits for it and replays
+/// its answer instead of getting 409.
+async fn a_duplicate_can_wait_for_the_first_request_and_replay_it(backend: Backend) {
+    let db = database(backend);
+    let app = fixture_app(open(&db).await, |l| {
+        l.wait_for_in_flight(Duration::from_secs(10))
+    });
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, post_to("/slow?ms=600", Some("k-wait"), None, "")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let waited = send(&app, post_to("/slow?ms=600", Some("k-wait"), None, "")).await;
+    assert_eq!((waited.status, waited.text().as_str()), (200, "slept:600"));
+    assert!(waited.replayed(), "the first request's answer, replayed");
+    let first = first.await.expect("join");
+    assert!(!first.replayed());
+    assert_eq!(counter(&app).await, 1);
+    // Past the wait, the draft's 409 as usual.
+    let impatient = fixture_app(open(&db).await, |l| {
+        l.wait_for_in_flight(Duration::from_millis(100))
+    });
+    let slow = tokio::spawn({
+        let app = impatient.clone();
+        async move { send(&app, post_to("/slow?ms=800", Some("k-wait-2"), None, "")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    send(
+        &impatient,
+        post_to("/slow?ms=800", Some("k-wait-2"), None, ""),
+    )
+    .await
+    .assert_problem(409, "idempotency-request-in-progress");
+    assert_eq!(slow.await.expect("join").status, 200);
+}
+
+/// The layer counts its outcomes by operation from the engine's outcome.
+async fn outcomes_are_counted_for_the_layer(backend: Backend) {
+    use idemkey_server::metrics::{FrontEnd, Metrics};
+    let db = database(backend);
+    let metrics = Arc::new(Metrics::default());
+    let app = fixture_app(open(&db).await, |l| l.metrics(Arc::clone(&metrics)));
+    assert_eq!(send(&app, echo("k-m", "1")).await.status, 201);
+    assert!(send(&app, echo("k-m", "1")).await.replayed());
+    assert_eq!(send(&app, echo("k-m", "2")).await.status, 422);
+    assert_eq!(
+        send(&app, post_to("/echo", None, None, "x")).await.status,
+        400
+    );
+    assert_eq!(
+        send(&app, post_to("/status/503", Some("k-n"), None, ""))
+            .await
+            .status,
+        503
+    );
+    let op = idemkey_server::layer::DEFAULT_OPERATION;
+    for (outcome, n) in [
+        ("executed", 1),
+        ("replayed", 1),
+        ("reused", 1),
+        ("invalid", 1),
+        ("released", 1),
+        ("expired", 0),
+    ] {
+        assert_eq!(
+            metrics.counted(FrontEnd::Layer, &op, outcome),
+            n,
+            "{outcome}"
+        );
+    }
+}
+
 /// Awaits all futures concurrently (on the current task).
 async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
@@ -657,7 +744,9 @@ on_both_backends!(
     a_claim_whose_lease_is_over_is_taken_over,
     concurrent_takers_of_an_expired_lease_run_the_handler_once,
     concurrent_first_requests_run_the_handler_once,
-    a_server_error_releases_the_key_and_other_statuses_are_kept,
+    a_temporary_status_releases_the_key_and_other_statuses_are_kept,
+    a_duplicate_can_wait_for_the_first_request_and_replay_it,
+    outcomes_are_counted_for_the_layer,
     after_the_replay_window_reject_answers_410,
     after_the_replay_window_reexecute_runs_anew,
     get_with_a_key_passes_through_untouched,
@@ -679,8 +768,18 @@ struct Fixture {
 
 impl Fixture {
     fn start(args: &[&str]) -> Self {
+        Self::start_with(args, &[])
+    }
+
+    /// A fixture whose own clock is off by `offset` (libfaketime's syntax).
+    fn start_skewed(args: &[&str], offset: &str) -> Self {
+        Self::start_with(args, &common::skewed_clock(offset))
+    }
+
+    fn start_with(args: &[&str], env: &[(&str, String)]) -> Self {
         use std::io::{BufRead as _, BufReader};
         let mut child = Command::new(BIN)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .args(["fixture", "--bind", "127.0.0.1:0"])
             .args(args)
             .env("RUST_LOG", "info")
@@ -844,6 +943,54 @@ async fn a_claim_left_by_a_killed_process_is_taken_over_after_its_lease(backend:
     assert_eq!(taken.status(), 200);
     assert!(taken.headers().get("idempotent-replayed").is_none());
     assert_eq!(fixture.count().await, 1);
+}
+
+/// Two fixture processes on one PostgreSQL database, the second with its
+/// clock an hour ahead (more than the lease and the window): it neither
+/// takes over the first one's live claim nor re-executes a key inside its
+/// window, because the database's clock decides both. (On SQLite every
+/// process reads the host's one clock through SQLite itself.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixture_with_a_skewed_clock_runs_each_handler_once() {
+    let db = database(Backend::Postgres);
+    let flags = [
+        "--database-url",
+        db.url.as_str(),
+        "--lease",
+        "30s",
+        "--replay-ttl",
+        "10m",
+        "--expiry-policy",
+        "reexecute",
+    ];
+    let on_time = Fixture::start(&flags);
+    let ahead = Fixture::start_skewed(&flags, "+1h");
+    let slow = tokio::spawn({
+        let base = on_time.base.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{base}/slow?ms=1500"))
+                .header("idempotency-key", "skew-1")
+                .send()
+                .await
+                .expect("send")
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let busy = ahead.post("/slow?ms=1500", "skew-1").await;
+    assert_eq!(busy.status(), 409, "a live claim is not taken over");
+    assert_eq!(slow.await.expect("join").status(), 200);
+    let replay = ahead.post("/slow?ms=1500", "skew-1").await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+
+    assert_eq!(on_time.post("/echo", "skew-2").await.status(), 201);
+    let again = ahead.post("/echo", "skew-2").await;
+    assert_eq!(
+        again.headers()["idempotent-replayed"],
+        "true",
+        "inside the window"
+    );
+    assert_eq!(on_time.count().await + ahead.count().await, 2);
 }
 
 /// `--replay-ttl` and `--expiry-policy` on the command line.

@@ -157,6 +157,30 @@ impl Env {
     pub fn serve_with_faults(&self, extra: &[&str]) -> Server {
         Server::start(&self.url, extra, true)
     }
+
+    /// Starts a server whose own clock is off by `offset` (libfaketime's
+    /// syntax, e.g. `+2h`), as on a host whose clock drifted.
+    pub fn serve_skewed(&self, extra: &[&str], offset: &str) -> Server {
+        Server::start_with(&self.url, extra, false, &skewed_clock(offset))
+    }
+}
+
+/// libfaketime, which the test command installs (Debian's `faketime`).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The environment that runs a process with its wall clock off by `offset`
+/// (monotonic time, which timers use, is left alone).
+pub fn skewed_clock(offset: &str) -> Vec<(&'static str, String)> {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: install Debian's faketime (scripts/test.sh does)"
+    );
+    vec![
+        ("LD_PRELOAD", LIBFAKETIME.to_owned()),
+        ("FAKETIME", offset.to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+        ("FAKETIME_NO_CACHE", "1".to_owned()),
+    ]
 }
 
 /// Runs one query on an SQLite file and prints it as psql -A -t would.
@@ -235,7 +259,12 @@ pub struct Server {
 
 impl Server {
     fn start(url: &str, extra: &[&str], faults: bool) -> Self {
+        Self::start_with(url, extra, faults, &[])
+    }
+
+    fn start_with(url: &str, extra: &[&str], faults: bool, env: &[(&str, String)]) -> Self {
         let mut cmd = Command::new(BIN);
+        cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
         cmd.args(["serve", "--database-url", url, "--bind", "127.0.0.1:0"])
             .args(extra)
             .env_remove("DATABASE_URL")
@@ -446,4 +475,21 @@ pub async fn age_records(url: &str, by: Duration) {
         .expect("age records");
     drop(client);
     let _ = task.await;
+}
+
+/// How many idempotency records the database at `url` holds.
+pub async fn count_records(url: &str) -> i64 {
+    let sql = "SELECT count(*) FROM idempotency_records";
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let conn = rusqlite::Connection::open(path).expect("open sqlite");
+        return conn.query_row(sql, [], |row| row.get(0)).expect("count");
+    }
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(connection);
+    let n = client.query_one(sql, &[]).await.expect("count").get(0);
+    drop(client);
+    let _ = task.await;
+    n
 }

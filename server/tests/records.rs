@@ -1,0 +1,216 @@
+//! The records protocol on both backends, driven directly through
+//! [`Records`] and the engine: the compare-and-swaps that guard a record,
+//! and the trim that keeps every key's record small and then forgets it.
+//! Time passes the way the database sees it ([`common::age_records`]).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, Stored};
+use idemkey_server::Settings;
+use idemkey_server::db::{Db, PgSettings};
+use idemkey_server::idempotency::{
+    self, ClaimToken, Claimed, Done, Mode, NewClaim, Outcome, Policy, RecordKey, Records as _,
+    Scope, Step, StoredResponse,
+};
+use idemkey_server::maintenance::trim_round;
+
+mod common;
+use common::{Backend, Env, age_records};
+
+const OPERATION: OperationId = OperationId::from_static("http:v1");
+
+async fn open(env: &Env) -> Db {
+    Db::open(&env.url, &PgSettings::default())
+        .await
+        .expect("open the database")
+}
+
+fn key(name: &str) -> RecordKey {
+    RecordKey {
+        scope: Scope::new("tenant-a").expect("a scope"),
+        operation: OPERATION,
+        key: IdempotencyKey::parse(format!("\"{name}\"").as_bytes(), KeyProfile::Strict)
+            .expect("a key"),
+    }
+}
+
+fn fingerprint(body: &str) -> Fingerprint {
+    Fingerprint::of_json(&OPERATION, body).expect("json")
+}
+
+fn claim(fingerprint: Fingerprint, lease: Duration) -> NewClaim {
+    NewClaim {
+        token: ClaimToken::random(),
+        fingerprint,
+        lease,
+    }
+}
+
+fn lease_policy() -> Policy {
+    Policy::new(
+        Mode::Lease,
+        Duration::from_secs(1),
+        Duration::from_secs(3600),
+    )
+}
+
+/// A's claim, read by B as in flight with its lease over, completed by A,
+/// then B's take-over decided on the old row: B loses, A's response stays,
+/// and a retry replays it without running the handler again.
+async fn a_stale_take_over_cannot_overwrite_a_completed_record(backend: Backend) {
+    let env = Env::new(backend);
+    let db = open(&env).await;
+    let k = key("stale");
+    let fp = fingerprint("1");
+    let runs = AtomicUsize::new(0);
+    let a = claim(fp, Duration::from_secs(1));
+    assert_eq!(db.claim(&k, &a).await.expect("claim"), Claimed::Won);
+    runs.fetch_add(1, Ordering::SeqCst); // A's handler runs.
+    age_records(&env.url, Duration::from_secs(2)).await;
+
+    // B reads A's row as in flight with its lease over: take it over.
+    let b = claim(fp, Duration::from_secs(30));
+    let Claimed::Taken(read) = db.claim(&k, &b).await.expect("claim") else {
+        panic!("the key is A's");
+    };
+    let Step::TakeOver(_, previous) = idempotency::step(&read, &k, fp, &lease_policy()) else {
+        panic!("an expired lease is taken over");
+    };
+    assert!(matches!(previous.stored, Stored::InFlight { .. }));
+
+    // A completes before B's take-over lands.
+    let response = StoredResponse::new(201, "A");
+    assert!(
+        db.complete(&k, a.token, &response, Duration::from_secs(3600), None)
+            .await
+            .expect("complete")
+    );
+    assert!(
+        !db.take_over(&k, &previous, &b).await.expect("take over"),
+        "a take-over decided on the in-flight row loses to the completion"
+    );
+    let now = db.read(&k).await.expect("read");
+    let record = now.record.expect("a record");
+    assert!(matches!(record.stored, Stored::Completed { .. }));
+    assert_eq!(record.response, Some(response.clone()));
+    assert_eq!(record.token, a.token);
+
+    // A retry through the engine replays A's response; no handler runs.
+    let outcome = idempotency::run(&db, &k, fp, &lease_policy(), async || {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, ()>(Done {
+            response: StoredResponse::new(201, "B"),
+            resource: None,
+            value: (),
+        })
+    })
+    .await
+    .expect("run");
+    assert_eq!(outcome, Outcome::Replayed(response));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// Completion and release are fenced by the claim token: a claim that was
+/// taken over can neither store its response nor release the new claim.
+async fn a_taken_over_claim_can_neither_complete_nor_release(backend: Backend) {
+    let env = Env::new(backend);
+    let db = open(&env).await;
+    let k = key("fenced");
+    let fp = fingerprint("1");
+    let a = claim(fp, Duration::from_secs(1));
+    assert_eq!(db.claim(&k, &a).await.expect("claim"), Claimed::Won);
+    age_records(&env.url, Duration::from_secs(2)).await;
+    let b = claim(fp, Duration::from_secs(30));
+    let Claimed::Taken(read) = db.claim(&k, &b).await.expect("claim") else {
+        panic!("the key is A's");
+    };
+    let previous = read.record.expect("A's row");
+    assert!(db.take_over(&k, &previous, &b).await.expect("take over"));
+    let late = StoredResponse::new(201, "A, late");
+    assert!(
+        !db.complete(&k, a.token, &late, Duration::from_secs(60), None)
+            .await
+            .expect("complete")
+    );
+    assert!(!db.release(&k, a.token).await.expect("release"));
+    let record = db.read(&k).await.expect("read").record.expect("B's row");
+    assert_eq!(record.token, b.token);
+    assert!(matches!(record.stored, Stored::InFlight { .. }));
+}
+
+/// Completed records become tombstones once their window is over, and
+/// tombstones and abandoned claims are deleted after the retention: one
+/// trim, in batches smaller than the backlog, until nothing is left to do.
+async fn trim_shrinks_records_to_tombstones_then_to_nothing(backend: Backend) {
+    let env = Env::new(backend);
+    let db = open(&env).await;
+    let n = 23;
+    for i in 0..n {
+        let k = key(&format!("done-{i}"));
+        let c = claim(fingerprint("1"), Duration::from_secs(30));
+        assert_eq!(db.claim(&k, &c).await.expect("claim"), Claimed::Won);
+        let response = StoredResponse::new(200, vec![b'x'; 1000]);
+        assert!(
+            db.complete(&k, c.token, &response, Duration::from_secs(3600), Some("r"))
+                .await
+                .expect("complete")
+        );
+    }
+    let abandoned = claim(fingerprint("1"), Duration::from_secs(30));
+    db.claim(&key("abandoned"), &abandoned)
+        .await
+        .expect("claim");
+    let settings = Settings {
+        tombstone_ttl: Duration::from_secs(30 * 24 * 3600),
+        ..Settings::default()
+    };
+    let count = |sql: &str| env.sql(sql).parse::<u64>().expect("a count");
+
+    // Inside the window nothing is due.
+    let report = trim_round(&db, &settings, 5, None).await.expect("trim");
+    assert_eq!((report.trimmed, report.deleted), (0, 0));
+
+    age_records(&env.url, Duration::from_secs(2 * 3600)).await;
+    let report = trim_round(&db, &settings, 5, None).await.expect("trim");
+    assert_eq!((report.trimmed, report.deleted), (n, 0));
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM idempotency_records WHERE status = 'tombstone' AND response_body IS NULL AND resource_id = 'r'"
+        ),
+        n
+    );
+    assert_eq!(count("SELECT count(*) FROM idempotency_records"), n + 1);
+
+    age_records(&env.url, settings.tombstone_ttl).await;
+    let report = trim_round(&db, &settings, 5, None).await.expect("trim");
+    assert_eq!(report.deleted, n + 1, "tombstones and the abandoned claim");
+    assert_eq!(count("SELECT count(*) FROM idempotency_records"), 0);
+}
+
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    a_stale_take_over_cannot_overwrite_a_completed_record,
+    a_taken_over_claim_can_neither_complete_nor_release,
+    trim_shrinks_records_to_tombstones_then_to_nothing,
+);
