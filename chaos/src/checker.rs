@@ -51,7 +51,7 @@ pub async fn pg_facts(url: &str) -> Result<DbFacts, String> {
     let err = |e: tokio_postgres::Error| format!("check query: {e}");
     let records = client
         .query(
-            "SELECT account_id::text, operation, key, status, resource_id FROM idempotency_records",
+            "SELECT scope, operation, key, status, resource_id FROM idempotency_records",
             &[],
         )
         .await
@@ -85,7 +85,7 @@ pub fn sqlite_facts(path: &std::path::Path) -> Result<DbFacts, String> {
     let err = |e: rusqlite::Error| format!("sqlite check: {e}");
     let db = rusqlite::Connection::open(path).map_err(err)?;
     let mut stmt = db
-        .prepare("SELECT account_id, operation, key, status, resource_id FROM idempotency_records")
+        .prepare("SELECT scope, operation, key, status, resource_id FROM idempotency_records")
         .map_err(err)?;
     let records = stmt
         .query_map([], |r| {

@@ -20,7 +20,7 @@ use crate::rng::Rng;
 use crate::servers::{ServerSet, create_account, server_bin};
 
 /// Every scenario, in the order `all` runs them.
-pub const ALL: [&str; 7] = [
+pub const ALL: [&str; 8] = [
     "kill9",
     "pg-immediate",
     "proxy-cut",
@@ -28,6 +28,7 @@ pub const ALL: [&str; 7] = [
     "failover",
     "hostile",
     "sqlite-kill",
+    "clock-skew",
 ];
 
 /// How big a run is.
@@ -65,6 +66,7 @@ pub fn run_skipping(name: &str, size: Size, seed: u64, skip: &[&str]) -> Result<
         "failover" => failover(size, seed, &dir),
         "hostile" => crate::hostile::run_skipping(size, seed, &dir, skip),
         "sqlite-kill" => sqlite_kill(size, seed, &dir),
+        "clock-skew" => clock_skew(size, seed, &dir),
         other => Err(format!("unknown scenario {other:?}; known: {ALL:?}")),
     };
     match &result {
@@ -291,6 +293,79 @@ fn kill9(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
                 "{} server exits on their own (exit-after-commit faults) were restarted",
                 servers.unexpected_exits
             ));
+        }
+        t
+    });
+    let facts = rt.block_on(pg_facts(&url));
+    Ok(finish(&history, facts, tally))
+}
+
+/// libfaketime, which runs a process with its wall clock off.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// Two servers on one database, one with its own clock hours off (ahead,
+/// then behind, restarted between), under `reexecute` with a one-hour
+/// window and lost responses that send retries to either server: the
+/// database's clock decides every window and lease, so nothing is
+/// re-executed and no acknowledged order is lost.
+fn clock_skew(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
+    if !Path::new(LIBFAKETIME).exists() {
+        return Err(format!("{LIBFAKETIME} is missing: install Debian's faketime"));
+    }
+    let bin = server_bin().map_err(e("server binary"))?;
+    let pg = PgCluster::start().map_err(e("PostgreSQL"))?;
+    let url = pg.create_database("chaos").map_err(e("createdb"))?;
+    let accounts = accounts(&bin, &url, 2)?;
+    let skewed = |offset: &str| {
+        vec![
+            ("LD_PRELOAD".to_owned(), LIBFAKETIME.to_owned()),
+            ("FAKETIME".to_owned(), offset.to_owned()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
+        ]
+    };
+    let args = string_args(&[
+        "--test-faults",
+        "--expiry-policy",
+        "reexecute",
+        "--replay-ttl",
+        "1h",
+    ]);
+    let mut servers = ServerSet::start_with_env(
+        &bin,
+        &url,
+        2,
+        &args,
+        dir,
+        vec![Vec::new(), skewed("+2h")],
+    )
+    .map_err(e("servers"))?;
+    let rt = runtime()?;
+    let bases = servers.bases();
+    wait_healthy(&rt, &bases);
+    let mut cfg = load_config(size, seed);
+    cfg.lose_response_rate = 0.05;
+    let swaps = size.pick(3, 30);
+    let mut rng = Rng::new(seed ^ 0x736b_6577);
+    let incarnations = servers.incarnations();
+    let (history, tally) = load_with(&rt, cfg, bases, incarnations, accounts, |flags| {
+        let mut t = Tally::default();
+        t.add("clock-offset");
+        for round in 0..swaps {
+            if !flags.sleep(Duration::from_millis(rng.range(300, 900))) {
+                break;
+            }
+            // The skewed server comes back with the other offset.
+            let offset = if round % 2 == 0 { "-3h" } else { "+2h" };
+            servers.set_env(1, skewed(offset));
+            if servers.kill9(1).is_ok() {
+                t.add("clock-offset");
+            }
+            if let Err(err) = servers.spawn(1) {
+                t.violations.push(format!("restart failed: {err}"));
+            }
+        }
+        while flags.sleep(Duration::from_millis(50)) {
+            servers.revive();
         }
         t
     });

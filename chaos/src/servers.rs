@@ -98,6 +98,8 @@ pub struct ServerSet {
     bin: PathBuf,
     url: String,
     args: Vec<String>,
+    /// Extra environment of each slot's process.
+    envs: Vec<Vec<(String, String)>>,
     slots: Vec<Slot>,
     incarnations: Arc<Vec<AtomicU32>>,
     /// Processes that exited on their own (not killed by the harness).
@@ -114,6 +116,19 @@ impl ServerSet {
         args: &[String],
         log_dir: &Path,
     ) -> io::Result<Self> {
+        Self::start_with_env(bin, url, n, args, log_dir, Vec::new())
+    }
+
+    /// [`ServerSet::start`], slot `i`'s process getting the extra
+    /// environment `envs[i]` (e.g. a skewed clock).
+    pub fn start_with_env(
+        bin: &Path,
+        url: &str,
+        n: usize,
+        args: &[String],
+        log_dir: &Path,
+        envs: Vec<Vec<(String, String)>>,
+    ) -> io::Result<Self> {
         fs::create_dir_all(log_dir)?;
         let mut slots = Vec::with_capacity(n);
         for i in 0..n {
@@ -127,6 +142,7 @@ impl ServerSet {
             bin: bin.to_path_buf(),
             url: url.to_owned(),
             args: args.to_vec(),
+            envs,
             incarnations: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
             slots,
             unexpected_exits: 0,
@@ -183,6 +199,7 @@ impl ServerSet {
             .args(&self.args)
             .env("IDEMKEY_ALLOW_TEST_FAULTS", "1")
             .env("RUST_LOG", "warn")
+            .envs(self.envs.get(i).into_iter().flatten().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -212,6 +229,14 @@ impl ServerSet {
         }
         slot.child = Some(child);
         Ok(())
+    }
+
+    /// Replaces slot `i`'s extra environment for its next start.
+    pub fn set_env(&mut self, i: usize, env: Vec<(String, String)>) {
+        if self.envs.len() <= i {
+            self.envs.resize(i + 1, Vec::new());
+        }
+        self.envs[i] = env;
     }
 
     /// SIGKILL for slot `i`'s process (and reaps it).

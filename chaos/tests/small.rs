@@ -62,3 +62,10 @@ fn hostile_input_all_checks() {
 fn sqlite_kill_loses_and_duplicates_nothing() {
     small("sqlite-kill");
 }
+
+/// Two servers whose clocks disagree by hours, one restarted with the
+/// other offset, under `reexecute`: no duplicate, no lost acknowledgement.
+#[test]
+fn clock_skew_loses_and_duplicates_nothing() {
+    small("clock-skew");
+}
