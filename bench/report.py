@@ -174,9 +174,8 @@ if pgb:
     p('## pgbench on the same cluster and schema (-M prepared, -j 2, TCP)', '',
       '`new-txn`: BEGIN, claim (in_flight), insert order, complete record, COMMIT (5 round trips); '
       '`new-1rt`: the server\'s `create_order.sql` with a fresh key (1 round trip); `replay-select`: the '
-      'server\'s `record.sql` by primary key; `replay-1rt`: `create_order.sql` on a completed key (what the '
-      'server sends for a replay); `cand-*`: the same with the candidate statement '
-      '`bench/pgbench/candidates/create_order.sql` (look up the key before claiming it; not used by the server).', '',
+      'server\'s `lookup.sql` by primary key; `replay-1rt`: `create_order.sql` on a completed key (what the '
+      'server sends for a replay).', '',
       '| commit | script | round trips | clients | TPS | avg latency ms | failed | WAL flushes/s | commits per flush '
       '| box busy % | pg CPU-s | pgbench CPU-s | foreign CPU-s | quiet |',
       '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|')

@@ -45,7 +45,7 @@ export QUIET_MAX
 CONNS=${CONNS:-"16 64"}
 SYSTEMS=${SYSTEMS:-"node:1 node:2 idemkey-pg:1 idemkey-pg:2 idemkey-sqlite:1"}
 KINDS=${KINDS:-"new replay"}
-PGBENCH_PLAN=${PGBENCH_PLAN:-"new-txn:16 new-1rt:16 cand-new-1rt:16 new-1rt:64 replay-select:16 replay-select:64 replay-1rt:16 cand-replay-1rt:16"}
+PGBENCH_PLAN=${PGBENCH_PLAN:-"new-txn:16 new-1rt:16 new-1rt:64 replay-select:16 replay-select:64 replay-1rt:16"}
 MICRO=${MICRO:-1}; REBUILD_LAB=${REBUILD_LAB:-0}
 BASE_PORT=${BASE_PORT:-38100}; P1=$BASE_PORT; P2=$((BASE_PORT + 1))
 OUT=${OUT:-$BENCH/results/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -264,14 +264,14 @@ PGB_TSV=$OUT/pgbench.tsv
 printf 'variant\tscript\tround_trips\tclients\tdur_s\ttps\tlat_avg_ms\tfailed\torders_rows\twal_syncs\tcommits\tquiet\tbusy_pct\tpg_cpu_s\tload_cpu_s\tforeign_cpu_s\tsteal_pct\n' >"$PGB_TSV"
 mkdir -p "$OUT/pgbench"
 cp "$BENCH/pgbench/new-txn.sql" "$OUT/pgbench/"
-"$PY" "$BENCH/pgbench/gen.py" "$ROOT/server/src/store/postgres" "$OUT/pgbench"
+"$PY" "$BENCH/pgbench/gen.py" "$ROOT/server/src/db/postgres/sql" "$OUT/pgbench"
 # shellcheck disable=SC2016  # $$hex$$ is SQL dollar quoting
 TOKHEX=$(PSQL idemkey -tAc 'SELECT encode(token_hash, $$hex$$) FROM api_tokens LIMIT 1')
 OID0=$(cat /proc/sys/kernel/random/uuid)
 PGB_VARS=(-D "tok=\\x$TOKHEX" -D "fp=\\x$(printf x | sha256sum | cut -c1-64)" -D 'op=POST /orders:v1'
   -D "body={\"id\":\"$OID0\",\"sku\":\"LIBRO-TS\",\"quantity\":2,\"created_at\":\"2026-12-02T18:00:00.000Z\"}"
   -D "hdrs=[[\"content-type\",\"application/json\"],[\"location\",\"/orders/$OID0\"]]"
-  -D created_at=2026-12-02T18:00:00Z -D replay_until=2099-01-01T00:00:00Z -D sku=LIBRO-TS -D qty=2)
+  -D created_at=2026-12-02T18:00:00Z -D replay_ms=86400000 -D status=201 -D sku=LIBRO-TS -D qty=2)
 rt_of() { case $1 in new-txn) echo 5;; *) echo 1;; esac; }
 pgbench_cell() {  # pgbench_cell VARIANT SCRIPT CLIENTS
   local variant=$1 s=$2 c=$3 j=2 extra=() q=quiet name mon w0 c0 w1 c1 txt

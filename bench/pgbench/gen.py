@@ -1,14 +1,11 @@
 #!/usr/bin/env python3
-"""Turn idemkey-server's own SQL (server/src/store/postgres/*.sql, $1..$N parameters) into pgbench
-scripts, so the 1-round-trip ceiling runs exactly the statement the server sends.
+"""Turn idemkey-server's own SQL (server/src/db/postgres/sql/*.sql, $1..$N parameters) into
+pgbench scripts, so the 1-round-trip ceiling runs exactly the statement the server sends.
 
 Usage: gen.py SQL_DIR OUT_DIR  -> OUT_DIR/new-1rt.sql (create_order.sql, random key + order id),
        OUT_DIR/replay-1rt.sql (create_order.sql on one completed key :rkey, i.e. a replay),
-       OUT_DIR/replay-select.sql (record.sql: the replay read alone, by primary key);
-       and from bench/pgbench/candidates/create_order.sql (a candidate statement, evidence for the
-       report): OUT_DIR/cand-new-1rt.sql, OUT_DIR/cand-replay-1rt.sql.
+       OUT_DIR/replay-select.sql (lookup.sql: the replay read alone, by primary key).
 """
-import os
 import re
 import sys
 
@@ -16,8 +13,8 @@ src, out = sys.argv[1], sys.argv[2]
 OID = "(lpad(to_hex(:o1::int8), 16, '0') || lpad(to_hex(:o2::int8), 16, '0'))"
 RAND = ("\\set k random(1, 9223372036854775806)\n\\set o1 random(0, 9223372036854775806)\n"
         "\\set o2 random(0, 9223372036854775806)\n")
-CREATE = {1: ':tok', 2: ':op', 3: ':k', 4: ':fp', 5: ':body', 6: ':hdrs', 7: ':created_at',
-          8: ':replay_until', 9: OID, 10: ':sku', 11: ':qty'}
+CREATE = {1: ':tok', 2: ':op', 3: ':k', 4: ':fp', 5: OID, 6: ':body', 7: ':hdrs', 8: ':replay_ms',
+          9: OID, 10: ':sku', 11: ':qty', 12: ':created_at', 13: ':status'}
 
 
 def convert(path, mapping):
@@ -34,11 +31,4 @@ with open(f'{out}/replay-1rt.sql', 'w') as f:
     f.write(header.format('create_order.sql') + RAND
             + convert(f'{src}/create_order.sql', {**CREATE, 3: ':rkey'}))
 with open(f'{out}/replay-select.sql', 'w') as f:
-    f.write(header.format('record.sql') + convert(f'{src}/record.sql', {1: ':tok', 2: ':op', 3: ':rkey'}))
-
-cand = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'candidates', 'create_order.sql')
-if os.path.exists(cand):
-    with open(f'{out}/cand-new-1rt.sql', 'w') as f:
-        f.write(header.format('candidates/create_order.sql') + RAND + convert(cand, CREATE))
-    with open(f'{out}/cand-replay-1rt.sql', 'w') as f:
-        f.write(header.format('candidates/create_order.sql') + RAND + convert(cand, {**CREATE, 3: ':rkey'}))
+    f.write(header.format('lookup.sql') + convert(f'{src}/lookup.sql', {1: ':tok', 2: ':op', 3: ':rkey'}))

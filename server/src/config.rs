@@ -32,8 +32,9 @@ pub enum Command {
     #[command(subcommand)]
     Account(AccountCommand),
     /// Serve the conformance fixture: test routes behind the idempotency
-    /// layer (see `idemkey_server::fixture`).
-    Fixture(crate::fixture::FixtureArgs),
+    /// layer (a conformance fixture for third-party suites; part of the
+    /// binary, not of the library).
+    Fixture(FixtureArgs),
 }
 
 /// `account` subcommands.
@@ -131,6 +132,34 @@ pub struct ServeArgs {
     #[cfg(feature = "test-faults")]
     #[arg(long, hide = true)]
     pub test_faults: bool,
+}
+
+/// Flags of `fixture`.
+#[derive(Clone, Debug, Args)]
+pub struct FixtureArgs {
+    /// Address to listen on.
+    #[arg(long, env = "IDEMKEY_FIXTURE_BIND", default_value = "127.0.0.1:3001")]
+    pub bind: SocketAddr,
+    /// sqlite://PATH or postgres://…; default: a new SQLite file in the
+    /// temporary directory.
+    #[arg(long, env = "IDEMKEY_FIXTURE_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// How long a stored response is replayed (e.g. 2s, 15m, 24h).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub replay_ttl: Duration,
+    /// After the replay window: reject (410) or reexecute.
+    #[arg(long, default_value = "reject", value_parser = parse_policy)]
+    pub expiry_policy: ExpiryPolicy,
+    /// How long a claim holds a key before a retry may take it over.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+    /// Largest request body read, in bytes (413 above).
+    #[arg(long, default_value_t = crate::layer::DEFAULT_MAX_REQUEST_BODY)]
+    pub max_body_bytes: usize,
+    /// Largest response body stored for replay, in bytes; above it the
+    /// response is passed through and a retry gets 410.
+    #[arg(long, default_value_t = crate::layer::DEFAULT_MAX_STORED_RESPONSE)]
+    pub max_response_bytes: usize,
 }
 
 fn parse_profile(s: &str) -> Result<KeyProfile, String> {

@@ -21,7 +21,6 @@
 //! with no keys; pass `--database-url sqlite://PATH` to keep records across
 //! restarts, or `postgres://…` for PostgreSQL.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -34,56 +33,23 @@ use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use clap::Args;
-use idemkey_core::{ExpiryPolicy, KeyProfile, Problem, ProblemCode};
+use idemkey_core::{KeyProfile, Problem, ProblemCode};
 use serde::Deserialize;
 use tokio::net::TcpListener;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::info;
 
-use crate::config::parse_duration;
-use crate::db::{Db, PgSettings};
-use crate::layer::{DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_STORED_RESPONSE, IdempotencyLayer};
-use crate::problems::problem_response;
-use crate::serve::{serve, shutdown_signal};
+use idemkey_server::config::FixtureArgs;
+use idemkey_server::db::{Db, PgSettings};
+use idemkey_server::layer::IdempotencyLayer;
+use idemkey_server::problems::problem_response;
+use idemkey_server::serve::{serve, shutdown_signal};
 
 /// Longest sleep `POST /slow` accepts, in milliseconds.
 pub const MAX_SLOW_MS: u64 = 120_000;
 
 /// Largest body `POST /large` sends, in bytes.
 pub const MAX_LARGE_BYTES: usize = 64 * 1024 * 1024;
-
-/// Flags of `fixture`.
-#[derive(Clone, Debug, Args)]
-pub struct FixtureArgs {
-    /// Address to listen on.
-    #[arg(long, env = "IDEMKEY_FIXTURE_BIND", default_value = "127.0.0.1:3001")]
-    pub bind: SocketAddr,
-    /// sqlite://PATH or postgres://…; default: a new SQLite file in the
-    /// temporary directory.
-    #[arg(long, env = "IDEMKEY_FIXTURE_DATABASE_URL")]
-    pub database_url: Option<String>,
-    /// How long a stored response is replayed (e.g. 2s, 15m, 24h).
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
-    pub replay_ttl: Duration,
-    /// After the replay window: reject (410) or reexecute.
-    #[arg(long, default_value = "reject", value_parser = parse_policy)]
-    pub expiry_policy: ExpiryPolicy,
-    /// How long a claim holds a key before a retry may take it over.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub lease: Duration,
-    /// Largest request body read, in bytes (413 above).
-    #[arg(long, default_value_t = DEFAULT_MAX_REQUEST_BODY)]
-    pub max_body_bytes: usize,
-    /// Largest response body stored for replay, in bytes; above it the
-    /// response is passed through and a retry gets 410.
-    #[arg(long, default_value_t = DEFAULT_MAX_STORED_RESPONSE)]
-    pub max_response_bytes: usize,
-}
-
-fn parse_policy(s: &str) -> Result<ExpiryPolicy, String> {
-    s.parse()
-}
 
 /// How many POST handlers behind the layer ran.
 #[derive(Clone, Debug, Default)]

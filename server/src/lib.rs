@@ -44,8 +44,6 @@ pub mod auth;
 pub mod config;
 pub mod db;
 pub mod faults;
-#[doc(hidden)]
-pub mod fixture;
 pub mod idempotency;
 pub mod in_transaction;
 pub mod layer;

@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+mod fixture;
+
 use clap::Parser as _;
 use idemkey_server::auth::NewToken;
 use idemkey_server::config::{AccountCommand, Cli, Command, DatabaseArgs, LogFormat, ServeArgs};
@@ -46,7 +48,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             info!("migrations are up to date");
             Ok(())
         }
-        Command::Fixture(args) => idemkey_server::fixture::run(args).await,
+        Command::Fixture(args) => fixture::run(args).await,
         Command::Account(AccountCommand::Create { name, database }) => {
             let store = open_store(&database, &PgSettings::default()).await?;
             let token = NewToken::generate().map_err(|e| format!("no randomness: {e}"))?;

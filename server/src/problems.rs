@@ -53,6 +53,19 @@ pub fn body_timeout_response() -> Response {
     response
 }
 
+/// Whether a body read failed on its length limit (413), rather than on
+/// the connection (400).
+pub fn is_length_limit(err: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 /// Why a route did not answer normally.
 #[derive(Debug)]
 pub enum ApiError {

@@ -21,7 +21,12 @@ use axum::response::Response;
 use axum::routing::post;
 use idemkey_core::{ExpiryPolicy, Fingerprint};
 use idemkey_server::db::{Db, PgSettings, SqliteDb};
-use idemkey_server::fixture::{self, Counter, FIXTURE_SCOPE};
+// The fixture is part of the binary, not the library: its routes are
+// compiled into this test from the same file.
+#[allow(dead_code)]
+#[path = "../src/fixture.rs"]
+mod fixture;
+use fixture::{Counter, FIXTURE_SCOPE};
 use idemkey_server::layer::IdempotencyLayer;
 use idemkey_testkit::PgCluster;
 

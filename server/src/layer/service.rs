@@ -68,17 +68,6 @@ where
     }
 }
 
-fn is_length_limit(err: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = source {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
-}
-
 fn unavailable() -> Response {
     problem_response(&Problem::service_unavailable(UNAVAILABLE_RETRY_AFTER_SECS))
 }
@@ -130,7 +119,7 @@ async fn prepare(
     };
     let bytes = match read {
         Ok(bytes) => bytes,
-        Err(err) if is_length_limit(&err) => {
+        Err(err) if crate::problems::is_length_limit(&err) => {
             return Err(invalid(&Problem::payload_too_large(
                 config.max_request_body,
             )));

@@ -131,7 +131,7 @@ async fn create_order(
     };
     let bytes = match read {
         Ok(bytes) => bytes,
-        Err(err) if is_length_limit(&err) => {
+        Err(err) if crate::problems::is_length_limit(&err) => {
             return Err(Problem::payload_too_large(MAX_ORDER_BODY_BYTES).into());
         }
         // The client stopped sending half-way; nobody may read this answer.
@@ -183,17 +183,6 @@ async fn create_order(
         Outcome::Rejected { problem, .. } => problem_response(&problem),
     };
     Ok((label, response))
-}
-
-fn is_length_limit(err: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = source {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
 }
 
 /// The answer to a committed new order, unless a fault says otherwise.
