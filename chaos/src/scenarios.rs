@@ -310,7 +310,9 @@ const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 /// re-executed and no acknowledged order is lost.
 fn clock_skew(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     if !Path::new(LIBFAKETIME).exists() {
-        return Err(format!("{LIBFAKETIME} is missing: install Debian's faketime"));
+        return Err(format!(
+            "{LIBFAKETIME} is missing: install Debian's faketime"
+        ));
     }
     let bin = server_bin().map_err(e("server binary"))?;
     let pg = PgCluster::start().map_err(e("PostgreSQL"))?;
@@ -330,15 +332,9 @@ fn clock_skew(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         "--replay-ttl",
         "1h",
     ]);
-    let mut servers = ServerSet::start_with_env(
-        &bin,
-        &url,
-        2,
-        &args,
-        dir,
-        vec![Vec::new(), skewed("+2h")],
-    )
-    .map_err(e("servers"))?;
+    let mut servers =
+        ServerSet::start_with_env(&bin, &url, 2, &args, dir, vec![Vec::new(), skewed("+2h")])
+            .map_err(e("servers"))?;
     let rt = runtime()?;
     let bases = servers.bases();
     wait_healthy(&rt, &bases);

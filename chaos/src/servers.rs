@@ -36,7 +36,8 @@ pub fn server_bin() -> io::Result<PathBuf> {
     Err(io::Error::new(
         io::ErrorKind::NotFound,
         "idemkey-server not found next to this program: build it first \
-         (cargo build -p idemkey-server, same profile) or set IDEMKEY_SERVER_BIN",
+         (cargo build -p idemkey-server --features test-faults, same profile; \
+         the fault scenarios need that feature) or set IDEMKEY_SERVER_BIN",
     ))
 }
 

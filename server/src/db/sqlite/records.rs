@@ -280,7 +280,13 @@ pub(super) fn read_from_row(row: &Row<'_>) -> rusqlite::Result<Read> {
     let replay_until: Option<i64> = row.get("replay_until")?;
     let status: Option<i64> = row.get("response_status")?;
     let headers: Option<String> = row.get("response_headers")?;
-    let body: Option<Vec<u8>> = row.get("response_body")?;
+    // Bodies are BLOBs; a TEXT value (written by hand or by another tool)
+    // is read as its bytes, not refused.
+    let body: Option<Vec<u8>> = match row.get_ref("response_body")? {
+        rusqlite::types::ValueRef::Null => None,
+        rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => Some(t.to_vec()),
+        _ => return Err(malformed()),
+    };
     let response = match status {
         Some(status) => Some(StoredResponse {
             status: u16::try_from(status).map_err(|_| malformed())?,

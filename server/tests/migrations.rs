@@ -1,0 +1,139 @@
+//! A database written by an earlier version (schema 2: order records keyed
+//! by account, lease-mode records in their own table) is migrated to one
+//! records table with nothing lost: both kinds of record still replay.
+
+use idemkey_core::{IdempotencyKey, KeyProfile, OperationId, Stored};
+use idemkey_server::db::{Db, PgSettings};
+use idemkey_server::idempotency::{RecordKey, Records as _, Scope};
+
+mod common;
+use common::{Backend, Env};
+
+const ACCOUNT: &str = "3f0e8a64-9b2c-4c1e-8d8e-2a4f6c1b9d70";
+
+fn migration(backend: &str, file: &str) -> String {
+    let path = format!(
+        "{}/src/db/{backend}/migrations/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn key(scope: &str, operation: &'static str, key: &str) -> RecordKey {
+    RecordKey {
+        scope: Scope::new(scope).expect("a scope"),
+        operation: OperationId::from_static(operation),
+        key: IdempotencyKey::parse(format!("\"{key}\"").as_bytes(), KeyProfile::Strict)
+            .expect("a key"),
+    }
+}
+
+/// Schema 2 with one completed order record and one completed lease record.
+fn version_two(env: &Env, backend: Backend) {
+    let (dir, now, later, fp, claim) = match backend {
+        Backend::Postgres => (
+            "postgres",
+            "now()",
+            "now() + interval '1 hour'",
+            "sha256('x')",
+            "gen_random_uuid()",
+        ),
+        Backend::Sqlite => (
+            "sqlite",
+            "unixepoch() * 1000",
+            "unixepoch() * 1000 + 3600000",
+            "randomblob(32)",
+            "randomblob(16)",
+        ),
+    };
+    let order_id = "7d1c0f52-65a4-4d0e-9a53-0d7e8f2b8c11";
+    let sql = format!(
+        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at integer);
+         {one}
+         {two}
+         INSERT INTO schema_migrations (version, name) VALUES (1, 'init'), (2, 'idempotency_leases');
+         INSERT INTO accounts (id, name) VALUES ('{ACCOUNT}', 'old');
+         INSERT INTO orders (id, account_id, sku, quantity, created_at)
+             VALUES ('{order_id}', '{ACCOUNT}', 'LIBRO-TS', 2, {now});
+         INSERT INTO idempotency_records (account_id, operation, key, fingerprint, status,
+             response_status, response_headers, response_body, created_at, replay_until, resource_id)
+             VALUES ('{ACCOUNT}', 'POST /orders:v1', 'order-key', {fp}, 'completed', 201,
+                     '[[\"location\",\"/orders/{order_id}\"]]', '{{\"id\":\"{order_id}\"}}',
+                     {now}, {later}, '{order_id}');
+         INSERT INTO idempotency_leases (scope, operation, key, fingerprint, claim, status,
+             created_at, replay_until, response_status, response_headers, response_body)
+             VALUES ('tenant-a', 'http:v1', 'lease-key', {fp}, {claim}, 'completed',
+                     {now}, {later}, 200, '[]', 'paid');",
+        one = migration(dir, "0001_init.sql"),
+        two = migration(dir, "0002_idempotency_leases.sql"),
+    );
+    match backend {
+        Backend::Postgres => {
+            env.sql(&sql);
+        }
+        Backend::Sqlite => {
+            let conn = rusqlite::Connection::open(&env.db).expect("open sqlite");
+            conn.execute_batch(&sql).expect("schema 2");
+        }
+    }
+}
+
+async fn a_version_two_database_keeps_every_record(backend: Backend) {
+    let env = Env::new(backend);
+    version_two(&env, backend);
+    let db = Db::open(&env.url, &PgSettings::default())
+        .await
+        .expect("migrate");
+    assert!(db.pending_migrations().await.expect("read").is_empty());
+
+    let order = db
+        .read(&key(ACCOUNT, "POST /orders:v1", "order-key"))
+        .await
+        .expect("read")
+        .record
+        .expect("the order's record");
+    assert!(matches!(order.stored, Stored::Completed { .. }));
+    let response = order.response.expect("its response");
+    assert_eq!(response.status, 201);
+    assert_eq!(
+        response.body.as_deref(),
+        Some(&br#"{"id":"7d1c0f52-65a4-4d0e-9a53-0d7e8f2b8c11"}"#[..])
+    );
+    assert_eq!(
+        response.headers,
+        vec![(
+            "location".to_owned(),
+            "/orders/7d1c0f52-65a4-4d0e-9a53-0d7e8f2b8c11".to_owned()
+        )]
+    );
+
+    let lease = db
+        .read(&key("tenant-a", "http:v1", "lease-key"))
+        .await
+        .expect("read")
+        .record
+        .expect("the lease record");
+    assert!(matches!(lease.stored, Stored::Completed { replay_until, .. } if replay_until.0 > 0));
+    assert_eq!(
+        lease.response.and_then(|r| r.body).as_deref(),
+        Some(&b"paid"[..])
+    );
+    assert_eq!(env.count("idempotency_records"), 2);
+    // Opening again applies nothing and loses nothing.
+    drop(db);
+    let again = Db::open(&env.url, &PgSettings::default())
+        .await
+        .expect("open");
+    assert!(again.pending_migrations().await.expect("read").is_empty());
+    assert_eq!(env.count("idempotency_records"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_version_two_database_keeps_every_record() {
+    a_version_two_database_keeps_every_record(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_version_two_database_keeps_every_record() {
+    a_version_two_database_keeps_every_record(Backend::Sqlite).await;
+}
