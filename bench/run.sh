@@ -20,7 +20,7 @@
 #   8. bench/report.py: TSVs -> summary.md (tables, ratios) + chart.png.
 # Results: bench/results/<UTC stamp>/ (git-ignored). Stops its servers and its cluster at the end.
 #
-# Knobs: QUICK=1 (short runs, for trying the harness), DUR (15 s per cell), WARM (3), CONNS ("16 64"),
+# Knobs: SERVER (a prebuilt binary), QUICK=1 (short runs, for trying the harness), DUR (15 s per cell), WARM (3), CONNS ("16 64"),
 # SYSTEMS ("node:1 node:2 idemkey-pg:1 idemkey-pg:2 idemkey-sqlite:1"), KINDS ("new replay"),
 # BURST_N (200), BURST_REPEAT (3), PGBENCH_PLAN, EXTRAS (1), MICRO (1), QUIET_MAX (90 s per cell),
 # NICE (0; -20 = cluster, servers, wrk, pgbench at high CPU priority on a box loaded by others),
@@ -51,7 +51,9 @@ BASE_PORT=${BASE_PORT:-38100}; P1=$BASE_PORT; P2=$((BASE_PORT + 1))
 OUT=${OUT:-$BENCH/results/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT/logs" "$W"; chmod 1777 "$W"
 export PEER=$W PGPORT          # for the peer's start-pg.sh / stop-pg.sh / build-lab.sh
-SERVER=$CARGO_TARGET_DIR/release/idemkey-server
+# SERVER=PATH runs a prebuilt idemkey-server instead (e.g. another commit's, for an A/B).
+SERVER_GIVEN=${SERVER:-}
+SERVER=${SERVER:-$CARGO_TARGET_DIR/release/idemkey-server}
 SQLITE_DB=$W/idemkey.sqlite
 
 cleanup() { stop_all_procs; "$PEERDIR/stop-pg.sh" >/dev/null 2>&1 || true; }
@@ -61,7 +63,7 @@ trap cleanup EXIT
 command -v wrk >/dev/null || { apt-get update -qq; apt-get install -y -qq wrk; }
 "$PY" -c 'import matplotlib' 2>/dev/null || "$PY" -m pip install -q matplotlib
 log "build idemkey-server (release) and the core's benches"
-(cd "$ROOT" && cargo build -q --release -p idemkey-server --bin idemkey-server)
+[ -n "$SERVER_GIVEN" ] || (cd "$ROOT" && cargo build -q --release -p idemkey-server --bin idemkey-server)
 [ "$MICRO" = 1 ] && (cd "$ROOT" && cargo bench -q -p idemkey-core --bench core --no-run 2>/dev/null)
 if [ "$REBUILD_LAB" = 1 ] || [ ! -s "$W/idempotencia-lab/dist/server.js" ]; then
   log "build the article's Node lab (peer build-lab.sh) in $W/idempotencia-lab"
