@@ -6,8 +6,12 @@
 //   &attemptTimeoutMs=15000                the client's per-attempt timeout
 //   &replayWindowMs=86400000               instead of the server's published window
 //   &account=demo-b                        the account this tab starts with
+//
+// sw.js (a service worker) finishes operations left waiting for the network
+// after the tab is closed (Background Sync).
 import { IdempotentClient } from "./pkg/idempotent-client.js";
 import init, { defaultRetryPolicy, orderOperation, validateOrder } from "./pkg/idemkey_wasm.js";
+import { SYNC_TAG, saveAccounts } from "./worker-accounts.js";
 
 const ACCOUNTS_KEY = "idemkey-demo-accounts";
 const CURRENT_KEY = "idemkey-demo-account";
@@ -79,6 +83,15 @@ async function publishedReplayWindowMs() {
 await init();
 const accounts = await demoAccounts();
 for (const account of accounts) account.scope = await scopeOf(account.token);
+// The service worker finishes offline work after the tab is closed
+// (Background Sync), with the credentials of each operation's own account.
+const worker = navigator.serviceWorker
+  ? saveAccounts(accounts)
+      .then(() => navigator.serviceWorker.register("sw.js", { type: "module" }))
+      .then(() => navigator.serviceWorker.ready)
+      .then(() => true)
+      .catch(() => false)
+  : Promise.resolve(false);
 if (params.has("account")) sessionStorage.setItem(CURRENT_KEY, params.get("account"));
 /** The account signed in in this tab (per tab: sessionStorage). */
 let current = accounts.find((a) => a.name === sessionStorage.getItem(CURRENT_KEY)) ?? accounts[0] ?? null;
@@ -93,6 +106,7 @@ const client = await IdempotentClient.create({
   random: fixedRandom === null ? Math.random : () => fixedRandom,
   attemptTimeoutMs: params.has("attemptTimeoutMs") ? Number(params.get("attemptTimeoutMs")) : undefined,
   replayWindowMs: await publishedReplayWindowMs(),
+  backgroundSync: SYNC_TAG,
 });
 
 function showAccount() {
@@ -416,4 +430,4 @@ render();
 refreshOrders();
 client.resumePending().catch((err) => log(`error: ${err.message}`));
 setInterval(refreshOrders, 3000);
-window.idemkeyDemo = { client, rows, accounts: () => accounts.map((a) => a.name), current: () => current?.name };
+window.idemkeyDemo = { client, rows, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name };

@@ -109,6 +109,14 @@ export interface ClientOptions {
    * Default 86400000 (24 h, the server's default).
    */
   replayWindowMs?: number;
+  /**
+   * A Background Sync tag to register with the page's service worker when an
+   * operation waits for the network, e.g. "idemkey". The worker's `sync`
+   * handler creates a client per account it holds credentials for (each
+   * with that account's scope and headers) and calls `resumePending()`, so
+   * the work finishes after the tab is closed. Default: none.
+   */
+  backgroundSync?: string;
   /** Lookup path of a key's operation. Default `/operations/${encodeURIComponent(keyValue)}`. */
   lookupPath?: (keyValue: string) => string;
   /** IndexedDB database name (and BroadcastChannel suffix). Default "idemkey". */

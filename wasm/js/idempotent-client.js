@@ -10,7 +10,9 @@
 // account is signed in again. `unknown` from the lookup never ends an
 // operation inside the replay window; the core (`afterUnknown`) says when it
 // must be handed to the application instead. Offline, nothing is sent and no
-// attempt is counted; `online` resumes.
+// attempt is counted; `online` resumes, and Background Sync (the
+// `backgroundSync` option and a service worker that calls resumePending) can
+// finish the work after the tab is closed.
 //
 // Every rule (key format, fingerprint, retry steps, what `unknown` means)
 // comes from idemkey-core through the wasm module; this file only moves data
@@ -111,6 +113,7 @@ export class IdempotentClient {
     this.attemptTimeoutMs = options.attemptTimeoutMs ?? 15000;
     this.reconcileDelayMs = options.reconcileDelayMs ?? 5000;
     this.replayWindowMs = options.replayWindowMs ?? DEFAULT_REPLAY_WINDOW_MS;
+    this.backgroundSync = options.backgroundSync ?? null;
     this.lookupPath =
       options.lookupPath ?? ((keyValue) => `/operations/${encodeURIComponent(keyValue)}`);
     this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
@@ -349,8 +352,11 @@ export class IdempotentClient {
         continue;
       }
       if (offline()) {
-        // Nothing is sent and no attempt is counted until `online`.
+        // Nothing is sent and no attempt is counted until `online`. If the
+        // tab is closed meanwhile, Background Sync wakes the app's service
+        // worker when the network is back.
         this.#emit({ type: "offline", op }, false);
+        this.#requestBackgroundSync();
         await new Promise((resolve) => this.onlineWaiters.add(resolve));
         continue;
       }
@@ -513,6 +519,16 @@ export class IdempotentClient {
     await this.#put(op);
     this.#emit({ type: "update", op });
     return null;
+  }
+
+  /** Registers the `backgroundSync` tag with this page's service worker, if there is one. */
+  #requestBackgroundSync() {
+    const container = globalThis.navigator?.serviceWorker;
+    if (!this.backgroundSync || typeof container?.getRegistration !== "function") return;
+    container
+      .getRegistration()
+      .then((registration) => registration?.sync?.register(this.backgroundSync))
+      .catch(() => {});
   }
 
   #online() {

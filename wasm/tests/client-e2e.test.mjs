@@ -304,3 +304,43 @@ test("two tabs, two accounts: B's tab never receives A's body over BroadcastChan
     server.stop();
   }
 });
+
+test("background sync: Buy while offline, close the tab, back online: the service worker sends it with its account's token; one order", async () => {
+  const server = await startServer();
+  const browser = await launch();
+  try {
+    const token = server.account("background");
+    const page = await openShop(browser.context, `${server.base}/#token=${token}`, "account");
+    assert.equal(await page.evaluate(() => window.idemkeyDemo.worker), true, "the service worker is active");
+    await browser.context.setOffline(true);
+    await buy(page, "LIBRO-TS", 5);
+    const offline = page.locator("#ops tr[data-state='offline']");
+    await offline.waitFor({ timeout: 5000 });
+    const key = await offline.getAttribute("data-key");
+    const tags = await page.evaluate(async () => (await navigator.serviceWorker.getRegistration()).sync.getTags());
+    assert.deepEqual(tags, ["idemkey"], "a sync is registered for when the network is back");
+
+    // Every tab of the shop goes away while the browser is still offline.
+    await page.close();
+    assert.deepEqual(browser.context.pages().filter((p) => p.url().startsWith(server.base)), [], "no tab of the shop is open");
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal(server.ordersOf("background").length, 0, "nothing sent while offline");
+
+    await browser.context.setOffline(false);
+    const deadline = Date.now() + 20000;
+    while (server.ordersOf("background").length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(server.ordersOf("background").map((o) => [o[1], o[2]]), [["LIBRO-TS", 5]], "the worker created the one order");
+
+    // A new tab finds nothing left to send, and the order.
+    const again = await openShop(browser.context, `${server.base}/`, "account");
+    await again.locator("#order-count", { hasText: /^1$/ }).waitFor({ timeout: 10000 });
+    assert.deepEqual(await again.evaluate(() => window.idemkeyDemo.client.pending()), [], "the worker finished and deleted the operation");
+    assert.equal(await rowOf(again, key).count(), 0);
+    await again.waitForTimeout(500);
+    assert.equal(server.ordersOf("background").length, 1);
+    assert.deepEqual(again.errors, []);
+  } finally {
+    await browser.close();
+    server.stop();
+  }
+});
