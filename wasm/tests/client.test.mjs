@@ -180,8 +180,11 @@ test("IdempotentClient: unknown resends the same key inside the window, needs a 
         const again = await client.resumePending();
         const postsAfterResume = posts;
         const eventsBefore = [...events];
+        // The application checked and resends: the same key, a new first send.
+        const resent = await client.resend(result.id);
+        const postsAfterResend = posts;
         const discarded = await client.discard(result.id);
-        out.past = { result, before, events: eventsBefore, kept: kept.length, again, posts, postsAfterResume, discarded, left: (await client.pending()).length };
+        out.past = { result, before, events: eventsBefore, kept: kept.length, again, postsAfterResume, resent, postsAfterResend, discarded, left: (await client.pending()).length };
       }
 
       // The scope is evaluated with the headers for every request: after a
@@ -239,6 +242,11 @@ test("IdempotentClient: unknown resends the same key inside the window, needs a 
     assert.equal(past.kept, 1, "kept until the application decides");
     assert.deepEqual(past.again.map((x) => x.state), ["needs-decision"], "resuming does not send it");
     assert.equal(past.postsAfterResume, 1);
+    assert.equal(past.resent.state, "needs-decision", "resent once, unknown again past the (10 ms) window");
+    assert.equal(past.resent.key, past.result.key, "with the same key");
+    assert.equal(past.resent.attempts, 1, "a fresh budget");
+    assert.ok(past.resent.firstSentAt > past.result.firstSentAt, "a new first send time");
+    assert.equal(past.postsAfterResend, 2);
     assert.equal(past.discarded.state, "discarded");
     assert.equal(past.left, 0);
 
