@@ -3,47 +3,58 @@
 // Demo knobs in the query string (for people and for the browser tests):
 //   ?baseMs=4000&capMs=4000&maxAttempts=8  the retry policy
 //   &random=0.9                            a fixed jitter draw instead of Math.random
+//   &attemptTimeoutMs=15000                the client's per-attempt timeout
+//   &replayWindowMs=86400000               instead of the server's published window
+//   &account=demo-b                        the account this tab starts with
+//
+// sw.js (a service worker) finishes operations left waiting for the network
+// after the tab is closed (Background Sync).
 import { IdempotentClient } from "./pkg/idempotent-client.js";
 import init, { defaultRetryPolicy, orderOperation, validateOrder } from "./pkg/idemkey_wasm.js";
+import { SYNC_TAG, saveAccounts } from "./worker-accounts.js";
 
-const TOKEN_KEY = "idemkey-demo-token";
+const ACCOUNTS_KEY = "idemkey-demo-accounts";
+const CURRENT_KEY = "idemkey-demo-account";
 const HISTORY_KEY = "idemkey-demo-keys";
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 
 /**
- * The demo account's token: a #token= fragment, else this browser's copy,
- * else GET /demo/token (demo mode only). A stored token wins over the
- * server's, so operations stored for one account are never resumed with
- * another's.
+ * The demo accounts, [{name, token}]: a #token= fragment (one account), else
+ * this browser's copy, else GET /demo/tokens (demo mode only; GET
+ * /demo/token on an older server). A stored list wins over the server's.
  */
-async function demoToken() {
-  const fragment = new URLSearchParams(location.hash.slice(1)).get("token");
-  if (fragment) {
-    localStorage.setItem(TOKEN_KEY, fragment);
+async function demoAccounts() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  if (fragment.get("token")) {
+    const accounts = [{ name: fragment.get("name") ?? "account", token: fragment.get("token") }];
+    localStorage.setItem(ACCOUNTS_KEY, JSON.stringify(accounts));
     history.replaceState(null, "", location.pathname + location.search);
-    return fragment;
+    return accounts;
   }
-  const stored = localStorage.getItem(TOKEN_KEY);
-  if (stored) return stored;
-  try {
-    const response = await fetch("/demo/token", { cache: "no-store" });
-    if (response.ok) {
-      const config = await response.json();
-      if (config.token) {
-        localStorage.setItem(TOKEN_KEY, config.token);
-        return config.token;
+  const stored = JSON.parse(localStorage.getItem(ACCOUNTS_KEY) ?? "null");
+  if (Array.isArray(stored) && stored.length > 0) return stored;
+  for (const [path, read] of [
+    ["/demo/tokens", (body) => body.accounts],
+    ["/demo/token", (body) => (body.token ? [{ name: "demo", token: body.token }] : null)],
+  ]) {
+    try {
+      const response = await fetch(path, { cache: "no-store" });
+      if (!response.ok) continue;
+      const accounts = read(await response.json());
+      if (Array.isArray(accounts) && accounts.length > 0) {
+        localStorage.setItem(ACCOUNTS_KEY, JSON.stringify(accounts));
+        return accounts;
       }
+    } catch {
+      // no demo mode: the page asks for a #token= fragment
     }
-  } catch {
-    // no demo mode: the page asks for a #token= fragment
   }
-  return null;
+  return [];
 }
 
 /** A short SHA-256 of the token: the client's scope, without storing the token again. */
 async function scopeOf(token) {
-  if (!token) return "";
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token));
   return [...new Uint8Array(digest).slice(0, 8)].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
@@ -56,19 +67,65 @@ function policyFromParams(base) {
   return policy;
 }
 
+/** The server's replay window, as published in GET /openapi.json (else the client's default). */
+async function publishedReplayWindowMs() {
+  if (params.has("replayWindowMs")) return Number(params.get("replayWindowMs"));
+  try {
+    const contract = await (await fetch("/openapi.json", { cache: "no-store" })).json();
+    const seconds = contract?.retention?.replayWindowSeconds;
+    if (Number.isInteger(seconds)) return seconds * 1000;
+  } catch {
+    // an older server: the client's default (24 h)
+  }
+  return undefined;
+}
+
 await init();
-const token = await demoToken();
-const auth = () => (token ? { Authorization: `Bearer ${token}` } : {});
+const accounts = await demoAccounts();
+for (const account of accounts) account.scope = await scopeOf(account.token);
+// The service worker finishes offline work after the tab is closed
+// (Background Sync), with the credentials of each operation's own account.
+const worker = navigator.serviceWorker
+  ? saveAccounts(accounts)
+      .then(() => navigator.serviceWorker.register("sw.js", { type: "module" }))
+      .then(() => navigator.serviceWorker.ready)
+      .then(() => true)
+      .catch(() => false)
+  : Promise.resolve(false);
+if (params.has("account")) sessionStorage.setItem(CURRENT_KEY, params.get("account"));
+/** The account signed in in this tab (per tab: sessionStorage). */
+let current = accounts.find((a) => a.name === sessionStorage.getItem(CURRENT_KEY)) ?? accounts[0] ?? null;
+const auth = () => (current ? { Authorization: `Bearer ${current.token}` } : {});
 const fixedRandom = params.has("random") ? Number(params.get("random")) : null;
 const client = await IdempotentClient.create({
-  scope: await scopeOf(token),
+  // Evaluated with `headers` before every request: an operation is only
+  // ever sent with the token of the account that created it.
+  scope: () => current?.scope ?? "",
   headers: auth,
   policy: policyFromParams(defaultRetryPolicy()),
   random: fixedRandom === null ? Math.random : () => fixedRandom,
+  attemptTimeoutMs: params.has("attemptTimeoutMs") ? Number(params.get("attemptTimeoutMs")) : undefined,
+  replayWindowMs: await publishedReplayWindowMs(),
+  backgroundSync: SYNC_TAG,
 });
-$("account").textContent = token
-  ? "Signed in to the demo account (token kept in this browser)."
-  : "No demo token: start the server with --demo, or open this page with #token=YOUR_TOKEN.";
+
+function showAccount() {
+  $("account").textContent = current
+    ? `Signed in as ${current.name} (demo token kept in this browser).`
+    : "No demo token: start the server with --demo, or open this page with #token=YOUR_TOKEN.";
+  const select = $("switch-account");
+  select.replaceChildren(
+    ...accounts.map((a) => {
+      const option = document.createElement("option");
+      option.value = a.name;
+      option.textContent = a.name;
+      option.selected = a === current;
+      return option;
+    }),
+  );
+  $("switch").hidden = accounts.length < 2;
+}
+showAccount();
 
 /** What the operations table shows, by key value. */
 const rows = new Map();
@@ -82,19 +139,23 @@ function remember(id) {
   }
 }
 
+/** The row of `op`; `op` may be another tab's summary (no body). */
 function view(op) {
-  const row = rows.get(op.id) ?? { id: op.id, key: op.key, createdAt: op.createdAt };
-  let body = {};
-  try {
-    body = JSON.parse(op.body);
-  } catch {
-    body = {};
+  const row = rows.get(op.id) ?? { id: op.id, key: op.key ?? `"${op.id}"`, createdAt: op.createdAt, scope: op.scope };
+  if (typeof op.body === "string") {
+    try {
+      const body = JSON.parse(op.body);
+      Object.assign(row, { sku: body.sku, quantity: body.quantity });
+    } catch {
+      // a body that is not JSON: shown as "?"
+    }
   }
-  Object.assign(row, { sku: body.sku, quantity: body.quantity, attempts: op.attempts, nextAttemptAt: op.nextAttemptAt, final: false });
-  if (op.last?.sending) row.state = "sending";
-  else if (op.last?.action === "wait") row.state = "waiting";
-  else if (op.last?.action === "reconcile") row.state = "reconciling";
-  else row.state = row.state ?? "stored";
+  Object.assign(row, { attempts: op.attempts, nextAttemptAt: op.nextAttemptAt, final: false });
+  if (op.decision) row.state = "needs-decision";
+  else if (op.last?.sending) row.state = "sending";
+  else if (op.last?.action === "wait" || op.last?.action === "resend") row.state = "waiting";
+  else if (op.phase === "lookup" || op.last?.action === "reconcile") row.state = "reconciling";
+  else if (!row.state || row.state === "offline") row.state = op.attempts > 0 ? "waiting" : "stored";
   rows.set(op.id, row);
   remember(op.id);
   return row;
@@ -114,15 +175,38 @@ function describe(outcome) {
 client.subscribe((event) => {
   const { op } = event;
   const row = view(op);
-  if (event.type === "busy") {
-    row.state = "busy";
-  } else if (event.type === "attempt") {
-    const step = event.step;
-    const next = step.action === "wait" ? `wait ${step.delayMs} ms, then resend with the same key` : step.action;
-    log(`${short(op.id)} attempt ${op.attempts}: ${describe(event.outcome)} → ${next}${event.remote ? " (other tab)" : ""}`);
-    if (event.outcome.networkError || event.outcome.status) $("lose").checked = false;
-  } else if (event.type === "final") {
-    finalize(row, event.result);
+  const other = event.remote ? " (other tab)" : "";
+  switch (event.type) {
+    case "busy":
+      row.state = "busy";
+      break;
+    case "held":
+      log(`${short(op.id)} held: it belongs to another account, never sent with this one's token`);
+      break;
+    case "offline":
+      row.state = "offline";
+      log(`${short(op.id)} offline: waiting for the network (no attempt counted)`);
+      break;
+    case "attempt": {
+      const step = event.step;
+      const next = step.action === "wait" ? `wait ${step.delayMs} ms, then resend with the same key` : step.action;
+      log(`${short(op.id)} attempt ${op.attempts}: ${describe(event.outcome)} → ${next}${other}`);
+      if (event.outcome.networkError || event.outcome.status) $("lose").checked = false;
+      break;
+    }
+    case "update":
+      if (op.last?.action === "resend" && op.last.lookup?.state === "unknown") {
+        log(`${short(op.id)} lookup: unknown (not committed yet) → resend the same key in ${op.last.delayMs} ms${other}`);
+      }
+      break;
+    case "decision":
+      row.state = "needs-decision";
+      row.result = event.result;
+      log(`${short(op.id)} lookup: unknown past the replay window → needs a decision${other}`);
+      break;
+    case "final":
+      finalize(row, event.result);
+      break;
   }
   render();
 });
@@ -133,7 +217,7 @@ function finalize(row, result) {
   if (result.state === "done") {
     row.status = result.status;
     row.replayed = result.replayed;
-    row.order = result.body?.id;
+    row.order = result.body?.id ?? result.location?.split("/").pop();
   } else if (result.state === "stopped") {
     row.status = result.status;
     row.problem = result.problem;
@@ -153,6 +237,11 @@ function short(id) {
   return id.length > 13 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id;
 }
 
+/** A pending row of another account than this tab's: held, and shown without its contents. */
+function heldHere(row) {
+  return !row.final && row.scope !== (current?.scope ?? "");
+}
+
 function stateText(row) {
   switch (row.state) {
     case "waiting": {
@@ -163,19 +252,37 @@ function stateText(row) {
       return "sending…";
     case "busy":
       return "sending in another tab";
+    case "held":
+      return "held: belongs to another account (not sent)";
+    case "offline":
+      return "offline: waiting for the network";
     case "reconciling":
       return "looking the operation up";
+    case "needs-decision":
+      return "unknown past the replay window: needs a decision";
     case "done":
       return `done: ${row.status}${row.replayed ? " (replayed)" : ""}`;
     case "stopped":
       return `stopped: ${row.status}${row.problem ? ` ${row.problem.code}` : ""}`;
     case "reconciled":
       return `reconciled: ${row.lookup?.state}`;
+    case "discarded":
+      return "discarded";
     case "finished-elsewhere":
       return "finished in another tab";
     default:
       return row.state;
   }
+}
+
+function button(text, title, onclick) {
+  const b = document.createElement("button");
+  b.className = "secondary";
+  b.type = "button";
+  b.textContent = text;
+  b.title = title;
+  b.onclick = onclick;
+  return b;
 }
 
 function render() {
@@ -186,29 +293,37 @@ function render() {
     tbody.innerHTML = '<tr class="empty"><td colspan="6">No operations yet.</td></tr>';
   }
   for (const row of list) {
+    const held = heldHere(row);
+    const state = held ? "held" : row.state;
     const tr = document.createElement("tr");
     tr.dataset.key = row.id;
-    tr.dataset.state = row.state;
+    tr.dataset.state = state;
+    if (row.order) tr.dataset.order = row.order;
     const cells = [
-      [`<span class="key" title="${esc(row.key)}">${esc(short(row.id))}</span>`],
-      [`${esc(row.sku ?? "?")} × ${esc(row.quantity ?? "?")}`],
-      [esc(row.attempts ?? 0)],
-      [`<span class="state-${esc(row.state)}">${esc(stateText(row))}</span>`],
-      [row.order ? `order <code>${esc(short(row.order))}</code>` : row.problem ? `<span class="problem">${esc(row.problem.title)}: ${esc(row.problem.detail)}</span>` : ""],
+      `<span class="key" title="${esc(row.key)}">${esc(short(row.id))}</span>`,
+      held ? "(another account's)" : `${esc(row.sku ?? "?")} × ${esc(row.quantity ?? "?")}`,
+      esc(row.attempts ?? 0),
+      `<span class="state-${esc(state)}">${esc(stateText({ ...row, state }))}</span>`,
+      row.order ? `order <code>${esc(short(row.order))}</code>` : row.problem ? `<span class="problem">${esc(row.problem.title)}: ${esc(row.problem.detail)}</span>` : "",
     ];
-    for (const [html] of cells) {
+    for (const html of cells) {
       const td = document.createElement("td");
       td.innerHTML = html;
       tr.append(td);
     }
     const actions = document.createElement("td");
-    if (!row.final && row.state !== "busy") {
-      const force = document.createElement("button");
-      force.className = "secondary force";
-      force.type = "button";
-      force.textContent = "Resend with quantity +1 (same key)";
-      force.title = "What a buggy client does: another payload under the same key. The server answers 422.";
-      force.onclick = () => client.forceBody(row.id, { sku: row.sku, quantity: Math.min(20, (row.quantity ?? 1) + 1) });
+    if (!held && row.state === "needs-decision") {
+      actions.append(
+        button("Resend (same key)", "Only if you checked that it did not happen: sends it again with its key.", () => client.resend(row.id)),
+        button("Discard", "Forget the operation; its key is never sent again.", () => client.discard(row.id)),
+      );
+    } else if (!held && !row.final && row.state !== "busy") {
+      const force = button(
+        "Resend with quantity +1 (same key)",
+        "What a buggy client does: another payload under the same key. The server answers 422.",
+        () => client.forceBody(row.id, { sku: row.sku, quantity: Math.min(20, (row.quantity ?? 1) + 1) }),
+      );
+      force.classList.add("force");
       actions.append(force);
     }
     tr.append(actions);
@@ -226,12 +341,12 @@ function render() {
 const ORDER_LIST_LIMIT = 100;
 
 /**
- * The account's orders: GET /orders (newest first, `{"orders":[{id, sku, quantity, created_at}]}`)
+ * The signed-in account's orders: GET /orders (newest first, `{"orders":[{id, sku, quantity, created_at}]}`)
  * when it answers 200, else the orders of this browser's keys (an older server without the list).
  */
 async function refreshOrders() {
   let orders = null;
-  let source = `GET /orders: the demo account's newest orders (up to ${ORDER_LIST_LIMIT})`;
+  let source = `GET /orders: ${current?.name ?? "the account"}'s newest orders (up to ${ORDER_LIST_LIMIT})`;
   try {
     const response = await fetch(`/orders?limit=${ORDER_LIST_LIMIT}`, { headers: auth(), cache: "no-store" });
     if (response.status === 200) {
@@ -268,6 +383,20 @@ async function refreshOrders() {
   }
 }
 
+$("switch-account").addEventListener("change", async (event) => {
+  const next = accounts.find((a) => a.name === event.target.value);
+  if (!next || next === current) return;
+  current = next;
+  sessionStorage.setItem(CURRENT_KEY, current.name);
+  showAccount();
+  log(`switched to ${current.name}: its operations resume, the others are held`);
+  // Rows of the account signed in again show their stored state.
+  for (const op of await client.pending()) view(op);
+  render();
+  refreshOrders();
+  client.accountChanged().catch((err) => log(`error: ${err.message}`));
+});
+
 $("lose").addEventListener("change", async (event) => {
   if (!event.target.checked) return;
   const response = await fetch("/demo/lose-next-response", { method: "POST", cache: "no-store" });
@@ -294,10 +423,11 @@ $("buy-form").addEventListener("submit", (event) => {
   client.submit({ url: "/orders", body, operation: orderOperation() }).catch((err) => log(`error: ${err.message}`));
 });
 
-// Pending operations from an earlier visit (or another tab) are resumed.
+// Pending operations from an earlier visit (or another tab) are resumed;
+// the client resumes them again on `online`.
 for (const op of await client.pending()) view(op);
 render();
 refreshOrders();
 client.resumePending().catch((err) => log(`error: ${err.message}`));
 setInterval(refreshOrders, 3000);
-window.idemkeyDemo = { client, rows };
+window.idemkeyDemo = { client, rows, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name };

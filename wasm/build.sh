@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the idemkey-wasm packages:
-#   wasm/pkg/       ES module for browsers (wasm-bindgen --target web) plus the
-#                   IdempotentClient (wasm/js/), also copied to js-demo/pkg/;
+#   wasm/pkg/       the npm package @idemkey/client: ES module for browsers
+#                   (wasm-bindgen --target web) plus IdempotentClient and the
+#                   package entry (wasm/js/), also copied to js-demo/pkg/;
 #   wasm/pkg-node/  CommonJS build for Node (wasm-bindgen --target nodejs).
 # Each has a package.json and TypeScript types. Installs what is missing:
 # the wasm32 target, wasm-bindgen-cli at exactly the version in Cargo.lock,
@@ -20,9 +21,15 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
     rustup target add wasm32-unknown-unknown
 fi
 
-log "cargo build (profile wasm-release)"
-cargo build --target wasm32-unknown-unknown --profile wasm-release -p idemkey-wasm
 raw_wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/idemkey_wasm.wasm"
+# The browser build leaves out what only a server reads (feature
+# `field-lines`: parseKeyLines); the Node build has every feature.
+cargo_build() { # web | nodejs
+    local features=()
+    [[ $1 == web ]] && features=(--no-default-features)
+    log "cargo build (profile wasm-release${features[*]:+, ${features[*]}})"
+    cargo build --target wasm32-unknown-unknown --profile wasm-release -p idemkey-wasm "${features[@]}"
+}
 
 # The CLI must equal the wasm-bindgen crate in Cargo.lock, or the generated
 # glue does not match the module.
@@ -55,19 +62,24 @@ package_json() { # dir, main file, kind
     if [[ $kind == web ]]; then
         cat >"$dir/package.json" <<EOF
 {
-  "name": "idemkey-wasm",
+  "name": "@idemkey/client",
   "version": "$version",
-  "description": "Idempotency-Key for browsers: keys, fingerprints, the retry policy (idemkey-core compiled to wasm) and IdempotentClient.",
+  "description": "Idempotency-Key for browsers: IdempotentClient (one key per operation, kept across retries, reloads, tabs, account switches and offline periods) and idemkey-core compiled to wasm (keys, fingerprints, the retry policy).",
   "license": "MIT OR Apache-2.0",
+  "keywords": ["idempotency", "idempotency-key", "retry", "fetch", "wasm"],
   "type": "module",
-  "main": "$main",
-  "types": "idemkey_wasm.d.ts",
+  "main": "./index.js",
+  "module": "./index.js",
+  "types": "./index.d.ts",
   "exports": {
-    ".": { "types": "./idemkey_wasm.d.ts", "default": "./$main" },
-    "./client": { "types": "./idempotent-client.d.ts", "default": "./idempotent-client.js" }
+    ".": { "types": "./index.d.ts", "default": "./index.js" },
+    "./client": { "types": "./idempotent-client.d.ts", "default": "./idempotent-client.js" },
+    "./wasm": { "types": "./idemkey_wasm.d.ts", "default": "./idemkey_wasm.js" },
+    "./idemkey_wasm_bg.wasm": { "types": "./wasm-url.d.ts", "default": "./idemkey_wasm_bg.wasm" },
+    "./package.json": "./package.json"
   },
-  "files": ["idemkey_wasm_bg.wasm", "idemkey_wasm.js", "idemkey_wasm.d.ts", "idemkey_wasm_bg.wasm.d.ts", "idempotent-client.js", "idempotent-client.d.ts"],
-  "sideEffects": ["./snippets/*"]
+  "files": ["index.js", "index.d.ts", "idempotent-client.js", "idempotent-client.d.ts", "idemkey_wasm.js", "idemkey_wasm.d.ts", "idemkey_wasm_bg.wasm", "idemkey_wasm_bg.wasm.d.ts", "wasm-url.d.ts", "README.md"],
+  "sideEffects": false
 }
 EOF
     else
@@ -87,12 +99,15 @@ EOF
 
 for target in web nodejs; do
     if [[ $target == web ]]; then out="$wasm_dir/pkg"; else out="$wasm_dir/pkg-node"; fi
+    cargo_build "$target"
     log "wasm-bindgen --target $target -> ${out#"$root"/}"
     rm -rf "$out"
     wasm-bindgen --target "$target" --out-dir "$out" "$raw_wasm"
     "$wasm_opt" -Oz "${features[@]}" "$out/idemkey_wasm_bg.wasm" -o "$out/idemkey_wasm_bg.wasm"
     if [[ $target == web ]]; then
-        cp "$wasm_dir/js/idempotent-client.js" "$wasm_dir/js/idempotent-client.d.ts" "$out/"
+        cp "$wasm_dir/js/index.js" "$wasm_dir/js/index.d.ts" "$wasm_dir/js/idempotent-client.js" \
+            "$wasm_dir/js/idempotent-client.d.ts" "$wasm_dir/js/wasm-url.d.ts" "$out/"
+        cp "$wasm_dir/js/README.md" "$out/README.md"
         package_json "$out" idemkey_wasm.js web
     else
         package_json "$out" idemkey_wasm.js node
@@ -106,7 +121,7 @@ cp -r "$wasm_dir/pkg" "$root/js-demo/pkg"
 
 raw=$(stat -c %s "$wasm_dir/pkg/idemkey_wasm_bg.wasm")
 gz=$(gzip -9 -c "$wasm_dir/pkg/idemkey_wasm_bg.wasm" | wc -c)
-log "idemkey_wasm_bg.wasm: $raw bytes raw, $gz bytes gzipped (rustc output: $(stat -c %s "$raw_wasm") bytes)"
+log "wasm/pkg/idemkey_wasm_bg.wasm: $raw bytes raw, $gz bytes gzipped"
 budget=$((60 * 1024))
 if ((gz > budget)); then
     log "over the size budget: $gz > $budget bytes gzipped"

@@ -50,6 +50,7 @@ mod problem;
 mod replay;
 mod request;
 mod retry;
+mod unknown;
 
 pub use decision::{Decision, ExpiryPolicy, Stored, UnixMillis, decide, retry_after_secs};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, canonical_json};
@@ -66,6 +67,7 @@ pub use request::{
     is_json_media_type,
 };
 pub use retry::{AttemptOutcome, RetryPolicy, RetryStep, parse_retry_after};
+pub use unknown::UnknownStep;
 
 /// Response header that marks a replayed response.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";

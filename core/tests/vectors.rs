@@ -256,3 +256,33 @@ fn order_vectors() {
         }
     }
 }
+
+#[test]
+fn unknown_vectors() {
+    let doc = load("unknown.json");
+    let policy: RetryPolicy = serde_json::from_value(doc["policy"].clone()).unwrap();
+    assert_eq!(policy, RetryPolicy::default());
+    let all = cases(&doc);
+    let mut seen = std::collections::BTreeSet::new();
+    for case in all {
+        let name = str_of(case, "name");
+        let int = |field: &str| {
+            case[field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{name}: {field}"))
+        };
+        let step = policy.after_unknown(
+            u32::try_from(int("attempt")).unwrap(),
+            UnixMillis(int("firstSentAt")),
+            UnixMillis(int("now")),
+            int("replayWindowMs"),
+            case["random"].as_f64().unwrap(),
+        );
+        let want: idemkey_core::UnknownStep = serde_json::from_value(case["step"].clone()).unwrap();
+        assert_eq!(step, want, "{name}");
+        // The wire form the wasm layer returns is exactly the vector's.
+        assert_eq!(serde_json::to_value(step).unwrap(), case["step"], "{name}");
+        seen.insert(str_of(&case["step"], "action").to_owned());
+    }
+    assert_eq!(seen.len(), 2, "both steps are covered: {seen:?}");
+}

@@ -239,6 +239,40 @@ def retry_cases():
     return {"policy": policy, "cases": cases}
 
 
+def unknown_cases():
+    # RetryPolicy::after_unknown(attempt, first_sent_at, now, window, random): a lookup that
+    # found no record is resent with the same key while now - first_sent_at < window (after the
+    # policy's full-jitter backoff), and handed to the application from the window's end on.
+    # Expected delays written by hand: floor(random * min(30000, 250 * 2^(attempt-1))).
+    day = 86_400_000
+    sent = 1_700_000_000_000
+    cases = []
+
+    def case(name, attempt, first_sent_at, now, window, random, step):
+        cases.append({"name": name, "attempt": attempt, "firstSentAt": first_sent_at, "now": now,
+                      "replayWindowMs": window, "random": random, "step": step})
+
+    resend = lambda ms: {"action": "resend", "delayMs": ms}  # noqa: E731
+    decide = {"action": "needsDecision"}
+    case("unknown 20 s after the first send: resend the same key", 8, sent, sent + 20_000, day,
+         0.5, resend(15_000))
+    case("unknown right after one attempt: first backoff ceiling 250 ms", 1, sent, sent + 15_000,
+         day, 0.5, resend(125))
+    case("random 0 resends at once", 3, sent, sent + 60_000, day, 0.0, resend(0))
+    case("last millisecond of the window: resend", 12, sent, sent + day - 1, day, 0.9,
+         resend(27_000))
+    case("at the end of the window: needs a decision", 12, sent, sent + day, day, 0.9, decide)
+    case("a week later: needs a decision", 30, sent, sent + 7 * day, day, 0.1, decide)
+    case("clock went backwards: counted as no time elapsed", 2, sent, sent - 5_000, day, 0.5,
+         resend(250))
+    case("short window (5 s), looked up after 4.999 s: resend", 1, 1_000, 5_999, 5_000, 0.5,
+         resend(125))
+    case("short window (5 s), looked up after 5 s: needs a decision", 1, 1_000, 6_000, 5_000,
+         0.5, decide)
+    case("a zero window always needs a decision", 1, sent, sent, 0, 0.5, decide)
+    return {"policy": {"baseMs": 250, "capMs": 30_000, "maxAttempts": 8}, "cases": cases}
+
+
 TITLES = {
     "idempotency-key-missing": (400, "Idempotency-Key is missing"),
     "idempotency-key-invalid": (400, "Idempotency-Key is invalid"),
@@ -364,6 +398,7 @@ FILES = {
     "retry.json": lambda: {"description": "RetryPolicy::step(attempt, outcome, random) with the default policy.", **retry_cases()},
     "problems.json": lambda: {"description": "Every problem code with its status, title and type; exact bodies and headers of the problem constructors.", **problem_cases()},
     "orders.json": lambda: {"description": "POST /orders:v1 bodies: the validated order or the exact request-invalid problem body.", "cases": order_cases()},
+    "unknown.json": lambda: {"description": "RetryPolicy::after_unknown(attempt, firstSentAt, now, replayWindowMs, random) with the default policy: what a client does when its operation's lookup answers unknown.", **unknown_cases()},
 }
 
 

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Issue 5: the browser package and the demo shop. Installs what is missing
-# (Debian's chromium and chromium-driver, npm packages from
-# wasm/package-lock.json, wasm-bindgen-cli at the Cargo.lock version),
-# lints idemkey-wasm for wasm32, builds wasm/pkg and wasm/pkg-node
+# Issues 5 and 13: the browser package and the demo shop. Installs what is
+# missing (Debian's chromium and chromium-driver, npm packages from
+# wasm/package-lock.json: binaryen, playwright-core, esbuild, typescript;
+# wasm-bindgen-cli at the Cargo.lock version), lints idemkey-wasm for wasm32,
+# builds wasm/pkg (the npm package @idemkey/client) and wasm/pkg-node
 # (wasm/build.sh, which also checks the 60 KiB gzipped budget), then runs:
-#   wasm/tests/vectors.test.mjs   shared vectors through the Node build
-#   wasm/tests/chromium.test.mjs  the same vectors in headless Chromium
-#   wasm/tests/client.test.mjs    IdempotentClient in Chromium with a scripted fetch
-#   wasm/tests/e2e.test.mjs       js-demo in Chromium against a real
-#                                 `idemkey-server serve --demo` on SQLite
+#   wasm/tests/vectors.test.mjs     shared vectors through the Node build
+#   wasm/tests/chromium.test.mjs    the same vectors in headless Chromium
+#   wasm/tests/client.test.mjs      IdempotentClient in Chromium with a scripted fetch
+#   wasm/tests/e2e.test.mjs         js-demo in Chromium against a real
+#                                   `idemkey-server serve --demo` on SQLite
+#   wasm/tests/client-e2e.test.mjs  the same: account switch, late commit after
+#                                   `unknown`, offline, two tabs of two accounts
+#   wasm/tests/package.test.mjs     npm pack, install into a scratch app,
+#                                   tsc + esbuild, the bundle against a server
 # Screenshots go to ${IDEMKEY_ARTIFACTS:-~/.cache/idemkey/artifacts}.
 set -euo pipefail
 
@@ -26,8 +31,12 @@ if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y chromium chromium-driver
 fi
 
-if [[ ! -d wasm/node_modules/playwright-core || ! -x wasm/node_modules/.bin/wasm-opt ]]; then
+# Reinstalled when a tool is missing or the lock file changed since the last install.
+if ! cmp -s wasm/package-lock.json wasm/node_modules/.idemkey-lock.json ||
+    [[ ! -d wasm/node_modules/playwright-core || ! -x wasm/node_modules/.bin/wasm-opt ||
+        ! -x wasm/node_modules/.bin/esbuild || ! -x wasm/node_modules/.bin/tsc ]]; then
     (cd wasm && npm ci --no-audit --no-fund)
+    cp wasm/package-lock.json wasm/node_modules/.idemkey-lock.json
 fi
 
 cargo clippy -p idemkey-wasm --target wasm32-unknown-unknown -- -D warnings
@@ -35,4 +44,5 @@ wasm/build.sh
 cargo build -p idemkey-server --bin idemkey-server
 export IDEMKEY_SERVER_BIN="$CARGO_TARGET_DIR/debug/idemkey-server"
 node --test --test-concurrency=1 wasm/tests/vectors.test.mjs wasm/tests/chromium.test.mjs \
-    wasm/tests/client.test.mjs wasm/tests/e2e.test.mjs
+    wasm/tests/client.test.mjs wasm/tests/e2e.test.mjs wasm/tests/client-e2e.test.mjs \
+    wasm/tests/package.test.mjs

@@ -122,6 +122,20 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
     } else {
         None
     };
+    // A second demo account, for the page's "switch account" control.
+    let mut demo_accounts = idemkey_server::routes::DemoAccounts::default();
+    if let Some(token) = &demo_token {
+        let second = NewToken::generate().map_err(|e| format!("no randomness: {e}"))?;
+        store
+            .add_named_token("demo-b", second.hash())
+            .await
+            .map_err(|e| format!("cannot set up the demo-b account: {e}"))?;
+        println!("demo-b account token: {}", second.reveal());
+        demo_accounts.0 = vec![
+            ("demo".to_owned(), token.clone()),
+            ("demo-b".to_owned(), second.reveal().to_owned()),
+        ];
+    }
     let settings = Settings {
         key_profile: args.key_profile,
         replay_ttl: args.replay_ttl,
@@ -155,7 +169,8 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         expiry_policy = args.expiry_policy.as_str(),
         "listening on http://{local}"
     );
-    serve(listener, app(state), shutdown_signal(), args.shutdown_grace)
+    let router = app(state).layer(axum::Extension(demo_accounts));
+    serve(listener, router, shutdown_signal(), args.shutdown_grace)
         .await
         .map_err(|e| format!("server error: {e}"))?;
     let _ = stop_tx.send(true);

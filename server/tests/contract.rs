@@ -399,7 +399,8 @@ async fn test_faults_are_refused_in_normal_use(backend: Backend) {
     assert_eq!(reply.status, 201);
 }
 
-/// Demo mode: the page at `/`, the demo account's token at `/demo/token`,
+/// Demo mode: the page at `/`, the demo account's token at `/demo/token`
+/// (both demo accounts' at `/demo/tokens`),
 /// and the "lose the next response" switch: the order commits, the
 /// connection closes with no response, and the retry replays the order.
 /// A restart keeps the same demo account.
@@ -421,6 +422,15 @@ async fn demo_mode_loses_the_next_response_and_the_retry_replays(backend: Backen
         .as_str()
         .unwrap()
         .to_owned();
+    // The page's "switch account" control: both demo accounts.
+    let tokens = server.get("", "/demo/tokens").await.json();
+    assert_eq!(tokens["accounts"][0]["name"], "demo");
+    assert_eq!(
+        tokens["accounts"][0]["token"].as_str(),
+        Some(token.as_str())
+    );
+    assert_eq!(tokens["accounts"][1]["name"], "demo-b");
+    assert!(tokens["accounts"][1]["token"].is_string());
 
     let armed = server
         .client
@@ -462,7 +472,11 @@ async fn demo_mode_loses_the_next_response_and_the_retry_replays(backend: Backen
         )
         .await;
     assert_eq!(lookup.json()["state"], "completed", "same demo account");
-    assert_eq!(env.count("accounts"), 1);
+    assert_eq!(
+        env.count("accounts"),
+        2,
+        "demo and demo-b, kept across restarts"
+    );
     let _ = std::fs::remove_dir_all(&site);
 }
 

@@ -15,13 +15,19 @@ export interface StoredOperation {
   body: string;
   /** Fingerprint of (operation, body) when the operation was created, 64 hex digits. */
   fingerprint: string;
-  /** The client's scope (e.g. the account) when the operation was created. */
+  /** The scope (account) it belongs to: only ever sent while this scope is signed in. */
   scope: string;
-  /** Attempts made so far (counted before each send). */
+  /** Attempts made so far (counted before each send; never while offline). */
   attempts: number;
   createdAt: number;
-  /** Unix ms before which the next attempt is not sent. */
+  /** Unix ms of the first send (null before it): the replay window is measured from here. */
+  firstSentAt: number | null;
+  /** Unix ms before which the next request is not sent. */
   nextAttemptAt: number;
+  /** What the next request is: the operation itself, or its lookup. */
+  phase: "send" | "lookup";
+  /** Set when a lookup said `unknown` past the replay window: the application decides. */
+  decision: null | { reason: "unknown-past-window"; at: number; lookup: OperationLookup };
   /** What the last attempt did. */
   last: null | {
     at: number;
@@ -29,11 +35,17 @@ export interface StoredOperation {
     networkError?: boolean;
     status?: number;
     retryAfter?: string | null;
-    action?: RetryStep["action"];
+    action?: RetryStep["action"] | "resend" | "needs-decision";
     delayMs?: number;
     lookup?: OperationLookup | null;
   };
 }
+
+/** What other tabs receive over BroadcastChannel (and `op` in their events): no body, no key field, no headers. */
+export type OperationSummary = Pick<
+  StoredOperation,
+  "id" | "scope" | "operation" | "attempts" | "createdAt" | "firstSentAt" | "nextAttemptAt" | "phase" | "decision" | "last"
+>;
 
 /** The server's answer to GET /operations/{key}. */
 export interface OperationLookup {
@@ -45,31 +57,42 @@ export interface OperationLookup {
   replay_until?: string;
 }
 
-/** How an operation ended (the stored operation is deleted), or that another tab finished it. */
+/** How an operation ended (the stored operation is deleted), or why it is not being sent now. */
 export type OperationResult =
   | { state: "done"; id: string; key: string; status: number; replayed: boolean; location: string | null; body: unknown }
   | { state: "stopped"; id: string; key: string; status: number; problem?: Problem }
   | { state: "reconciled"; id: string; key: string; lookup: OperationLookup }
+  /** The lookup said `unknown` past the replay window: kept, not sent, until `resend(id)` or `discard(id)`. */
+  | { state: "needs-decision"; id: string; key: string; firstSentAt: number; attempts: number; lookup: OperationLookup }
+  | { state: "discarded"; id: string; key: string }
   | { state: "finished-elsewhere"; id: string }
+  /** Belongs to another account than the signed-in one: kept, not sent, resumed when that account signs in. */
   | { state: "other-scope"; id: string };
 
+type Outcome = { status?: number; retryAfter?: string | null; networkError?: boolean };
+
+/** Events of this tab carry the stored operation; events from another tab (remote) carry what this tab's store holds, or the summary. */
 export type ClientEvent =
-  | { type: "update"; op: StoredOperation; remote: boolean }
-  | { type: "attempt"; op: StoredOperation; outcome: { status?: number; retryAfter?: string | null; networkError?: boolean }; step: RetryStep; remote: boolean }
-  | { type: "final"; op: StoredOperation; result: OperationResult; remote: boolean }
-  | { type: "busy"; op: StoredOperation; remote: boolean };
+  | { type: "update"; op: StoredOperation | OperationSummary; remote: boolean }
+  | { type: "attempt"; op: StoredOperation | OperationSummary; outcome: Outcome; step: RetryStep; remote: boolean }
+  | { type: "final"; op: StoredOperation | OperationSummary; result: OperationResult; remote: boolean }
+  | { type: "decision"; op: StoredOperation | OperationSummary; result: OperationResult; remote: boolean }
+  | { type: "busy"; op: StoredOperation; remote: false }
+  | { type: "held"; op: StoredOperation; reason: "other-scope"; remote: false }
+  | { type: "offline"; op: StoredOperation; remote: false };
 
 export interface ClientOptions {
   /** Prefix of every URL, e.g. "https://api.example". Default "" (same origin). */
   baseUrl?: string;
   /**
-   * Who the operations belong to, e.g. an account id or a hash of the token.
-   * An operation is only sent (and resumed) by a client of the same scope:
-   * the server scopes keys per account, so the same key sent for another
-   * account would create a second effect. Default "".
+   * Who is signed in now, e.g. the account id or a hash of the token,
+   * evaluated with `headers()` before every request. An operation is only
+   * sent while the scope that created it is the current one: the server
+   * scopes keys per account, so the same key sent for another account would
+   * create a second effect. A constant string is accepted. Default "".
    */
-  scope?: string;
-  /** Extra request headers, e.g. () => ({ Authorization: `Bearer ${token}` }). */
+  scope?: string | (() => string | Promise<string>);
+  /** The signed-in account's request headers, e.g. () => ({ Authorization: `Bearer ${token}` }). */
   headers?: () => Record<string, string> | Promise<Record<string, string>>;
   /** Retry parameters; default the core's (base 250 ms, cap 30 s, 8 attempts). */
   policy?: RetryPolicy;
@@ -77,13 +100,28 @@ export interface ClientOptions {
   random?: () => number;
   /** Per-attempt timeout, counted as a network error. Default 15000. */
   attemptTimeoutMs?: number;
-  /** Wait before looking again when a lookup is not final. Default 5000. */
+  /** Wait before sending again when a lookup says in_progress or fails. Default 5000. */
   reconcileDelayMs?: number;
+  /**
+   * The server's replay window in ms (`retention.replayWindowSeconds` of its
+   * GET /openapi.json, times 1000). A lookup that says `unknown` is resent
+   * with the same key inside it, and handed to the application past it.
+   * Default 86400000 (24 h, the server's default).
+   */
+  replayWindowMs?: number;
+  /**
+   * A Background Sync tag to register with the page's service worker when an
+   * operation waits for the network, e.g. "idemkey". The worker's `sync`
+   * handler creates a client per account it holds credentials for (each
+   * with that account's scope and headers) and calls `resumePending()`, so
+   * the work finishes after the tab is closed. Default: none.
+   */
+  backgroundSync?: string;
   /** Lookup path of a key's operation. Default `/operations/${encodeURIComponent(keyValue)}`. */
   lookupPath?: (keyValue: string) => string;
   /** IndexedDB database name (and BroadcastChannel suffix). Default "idemkey". */
   dbName?: string;
-  /** Where idemkey_wasm_bg.wasm is, if not next to idemkey_wasm.js. */
+  /** Where idemkey_wasm_bg.wasm is, if not next to idemkey_wasm.js (e.g. a bundler's asset URL). */
   wasmUrl?: string | URL;
   fetch?: typeof fetch;
 }
@@ -92,8 +130,12 @@ export declare class IdempotentClient {
   static create(options?: ClientOptions): Promise<IdempotentClient>;
   subscribe(listener: (event: ClientEvent) => void): () => void;
   submit(request: { method?: string; url: string; body: unknown; operation: string }): Promise<OperationResult>;
+  currentScope(): Promise<string>;
   pending(): Promise<StoredOperation[]>;
   resumePending(): Promise<OperationResult[]>;
+  accountChanged(): Promise<OperationResult[]>;
   run(id: string): Promise<OperationResult>;
+  resend(id: string): Promise<OperationResult>;
+  discard(id: string): Promise<OperationResult>;
   forceBody(id: string, body: unknown): Promise<boolean>;
 }

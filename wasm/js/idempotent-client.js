@@ -4,25 +4,32 @@
 // must end, and deleted only on a final answer. A Web Lock per operation
 // keeps two tabs from sending the same operation at once.
 //
-// Every rule (key format, fingerprint, retry steps, problem documents) comes
-// from idemkey-core through the wasm module; this file only moves data
-// between fetch, IndexedDB, Web Locks and the caller.
+// An operation belongs to the account (scope) that created it. The scope is
+// evaluated with the credentials for every request, so an operation is never
+// sent with another account's token: it is held (`other-scope`) until its
+// account is signed in again. `unknown` from the lookup never ends an
+// operation inside the replay window; the core (`afterUnknown`) says when it
+// must be handed to the application instead. Offline, nothing is sent and no
+// attempt is counted; `online` resumes, and Background Sync (the
+// `backgroundSync` option and a service worker that calls resumePending) can
+// finish the work after the tab is closed.
+//
+// Every rule (key format, fingerprint, retry steps, what `unknown` means)
+// comes from idemkey-core through the wasm module; this file only moves data
+// between fetch, IndexedDB, Web Locks, BroadcastChannel and the caller.
 
-import init, {
-  fingerprint,
-  newKey,
-  parseKey,
-  retryStep,
-} from "./idemkey_wasm.js";
+import init, { afterUnknown, fingerprint, newKey, parseKey, retryStep } from "./idemkey_wasm.js";
 
 const STORE = "operations";
 const LOCK_PREFIX = "idemkey-op:";
+/** The server's default replay window (24 h); see `replayWindowMs`. */
+const DEFAULT_REPLAY_WINDOW_MS = 86_400_000;
 
 /** @typedef {import("./idempotent-client.d.ts").StoredOperation} StoredOperation */
 /** @typedef {import("./idempotent-client.d.ts").OperationResult} OperationResult */
 /** @typedef {import("./idempotent-client.d.ts").ClientOptions} ClientOptions */
 
-/** Resolves after `ms`, or as soon as `wake()` is called. */
+/** Resolves after `ms`, or as soon as `wakers.get(id)()` is called. */
 function sleep(ms, wakers, id) {
   return new Promise((resolve) => {
     const timer = setTimeout(done, Math.max(0, ms));
@@ -51,6 +58,36 @@ function openDb(name) {
   return request(req);
 }
 
+function offline() {
+  return typeof navigator !== "undefined" && navigator.onLine === false;
+}
+
+/**
+ * What other tabs may learn about an operation: ids, counters and states.
+ * Never the body, the headers or a token.
+ */
+function summary(op) {
+  return {
+    id: op.id,
+    scope: op.scope,
+    operation: op.operation,
+    attempts: op.attempts,
+    createdAt: op.createdAt,
+    firstSentAt: op.firstSentAt ?? null,
+    nextAttemptAt: op.nextAttemptAt,
+    phase: op.phase,
+    decision: op.decision ?? null,
+    last: op.last,
+  };
+}
+
+/** A result without the response body (for other tabs). */
+function resultSummary(result) {
+  if (!result) return undefined;
+  const { body: _body, problem, ...rest } = result;
+  return problem ? { ...rest, problem: { code: problem.code, status: problem.status, title: problem.title } } : rest;
+}
+
 export class IdempotentClient {
   /**
    * Loads the wasm module and opens the operation store.
@@ -67,29 +104,45 @@ export class IdempotentClient {
   constructor(db, options) {
     this.db = db;
     this.baseUrl = options.baseUrl ?? "";
-    this.scope = options.scope ?? "";
+    const scope = options.scope ?? "";
+    /** @type {() => string | Promise<string>} */
+    this.scope = typeof scope === "function" ? scope : () => scope;
     this.headers = options.headers ?? (() => ({}));
     this.policy = options.policy;
     this.random = options.random ?? Math.random;
     this.attemptTimeoutMs = options.attemptTimeoutMs ?? 15000;
     this.reconcileDelayMs = options.reconcileDelayMs ?? 5000;
+    this.replayWindowMs = options.replayWindowMs ?? DEFAULT_REPLAY_WINDOW_MS;
+    this.backgroundSync = options.backgroundSync ?? null;
     this.lookupPath =
       options.lookupPath ?? ((keyValue) => `/operations/${encodeURIComponent(keyValue)}`);
     this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
-    /** @type {Map<string, () => void>} */
+    /** Sleeping operations, by id: calling one wakes it. */
     this.wakers = new Map();
+    /** Operations this tab drives or waits to drive (their lock), by id. */
+    this.active = new Set();
+    /** Operations waiting for the network. */
+    this.onlineWaiters = new Set();
     this.listeners = new Set();
     this.channel =
       typeof BroadcastChannel === "function" ? new BroadcastChannel(`idemkey:${options.dbName ?? "idemkey"}`) : null;
     if (this.channel) {
-      // Other tabs' progress, so every tab's panel shows the same operations.
-      this.channel.onmessage = (event) => this.#emit(event.data, false);
+      // Other tabs' progress, so every tab of the same account shows the
+      // same operations. Tabs of another account ignore it.
+      this.channel.onmessage = (event) => {
+        this.#remote(event.data).catch(() => {});
+      };
+    }
+    if (typeof globalThis.addEventListener === "function") {
+      globalThis.addEventListener("online", () => this.#online());
     }
   }
 
   /**
-   * Listens to progress: `{type: "update", op}`, `{type: "attempt", op, outcome, step}`,
-   * `{type: "final", op, result}` and `{type: "busy", op}`. Returns an unsubscribe function.
+   * Listens to progress: `update`, `attempt`, `final`, `busy` (another tab
+   * sends it), `held` (it belongs to another account), `offline` (waiting
+   * for the network) and `decision` (unknown past the replay window).
+   * Returns an unsubscribe function.
    * @param {(event: import("./idempotent-client.d.ts").ClientEvent) => void} listener
    */
   subscribe(listener) {
@@ -97,14 +150,55 @@ export class IdempotentClient {
     return () => this.listeners.delete(listener);
   }
 
+  /** Local listeners get the whole event; other tabs a summary, tagged with the operation's scope. */
   #emit(event, broadcast = true) {
-    for (const listener of this.listeners) listener({ ...event, remote: !broadcast });
-    if (broadcast && this.channel) this.channel.postMessage(event);
+    for (const listener of this.listeners) listener({ ...event, remote: false });
+    if (broadcast && this.channel) {
+      this.channel.postMessage({
+        v: 1,
+        type: event.type,
+        scope: event.op.scope,
+        id: event.op.id,
+        op: summary(event.op),
+        outcome: event.outcome,
+        step: event.step,
+        result: resultSummary(event.result),
+      });
+    }
+  }
+
+  async #remote(message) {
+    if (!message || message.v !== 1 || typeof message.id !== "string") return;
+    if (message.scope !== (await this.currentScope())) return;
+    // Details (the body) come from this origin's own store, not the message.
+    const op = (await this.#get(message.id)) ?? message.op;
+    const event = { type: message.type, op, remote: true };
+    for (const name of ["outcome", "step", "result"]) {
+      if (message[name] !== undefined) event[name] = message[name];
+    }
+    for (const listener of this.listeners) listener(event);
+  }
+
+  /** The scope of the account signed in now (the `scope` option, evaluated). */
+  async currentScope() {
+    return String((await this.scope()) ?? "");
   }
 
   /**
-   * Starts one logical operation: a new key, stored with the request before
-   * the first send, then sent until a final answer.
+   * The scope and the headers of one signed-in account, taken together: if
+   * the scope changed while the headers were being read, read again.
+   */
+  async #credentials() {
+    for (;;) {
+      const before = await this.currentScope();
+      const headers = await this.headers();
+      if ((await this.currentScope()) === before) return { scope: before, headers };
+    }
+  }
+
+  /**
+   * Starts one logical operation: a new key, stored with the request and the
+   * current scope before the first send, then sent until a final answer.
    * @param {{method?: string, url: string, body: unknown, operation: string}} req
    * @returns {Promise<OperationResult>}
    */
@@ -120,10 +214,13 @@ export class IdempotentClient {
       url,
       body: text,
       fingerprint: fingerprint(operation, text),
-      scope: this.scope,
+      scope: await this.currentScope(),
       attempts: 0,
       createdAt: Date.now(),
+      firstSentAt: null,
       nextAttemptAt: 0,
+      phase: "send",
+      decision: null,
       last: null,
     };
     await this.#put(op);
@@ -132,23 +229,37 @@ export class IdempotentClient {
   }
 
   /**
-   * The stored (unfinished) operations of this client's scope, oldest first.
+   * The stored (unfinished) operations of the current scope, oldest first.
    * @returns {Promise<StoredOperation[]>}
    */
   async pending() {
+    const scope = await this.currentScope();
     const tx = this.db.transaction(STORE, "readonly");
     const all = await request(tx.objectStore(STORE).getAll());
-    return all.filter((op) => (op.scope ?? "") === this.scope).sort((a, b) => a.createdAt - b.createdAt);
+    return all.filter((op) => (op.scope ?? "") === scope).sort((a, b) => a.createdAt - b.createdAt);
   }
 
   /**
-   * Resumes every stored operation (call it on page load). Operations another
-   * tab is sending are watched, and taken over if that tab goes away.
+   * Resumes every stored operation of the current scope that this tab is not
+   * already driving (call it on page load; the client calls it on `online`).
+   * Operations another tab is sending are watched, and taken over if that
+   * tab goes away.
    * @returns {Promise<OperationResult[]>}
    */
   async resumePending() {
     const ops = await this.pending();
-    return Promise.all(ops.map((op) => this.run(op.id)));
+    return Promise.all(ops.filter((op) => !this.active.has(op.id)).map((op) => this.run(op.id)));
+  }
+
+  /**
+   * Call it when the signed-in account changes (sign-in, sign-out, switch):
+   * operations of the previous account stop at once (`held`), and those of
+   * the new one resume.
+   * @returns {Promise<OperationResult[]>}
+   */
+  accountChanged() {
+    for (const wake of [...this.wakers.values()]) wake();
+    return this.resumePending();
   }
 
   /**
@@ -159,16 +270,51 @@ export class IdempotentClient {
    * @returns {Promise<OperationResult>}
    */
   async run(id) {
-    const name = LOCK_PREFIX + id;
-    const first = await navigator.locks.request(name, { ifAvailable: true }, async (lock) => {
-      if (lock === null) return null;
-      return this.#drive(id);
-    });
-    if (first !== null) return first;
+    this.active.add(id);
+    try {
+      const name = LOCK_PREFIX + id;
+      const first = await navigator.locks.request(name, { ifAvailable: true }, async (lock) => {
+        if (lock === null) return null;
+        return this.#drive(id);
+      });
+      if (first !== null) return first;
+      const op = await this.#get(id);
+      if (op) this.#emit({ type: "busy", op }, false);
+      // Another tab is sending it: wait our turn, then look again.
+      return await navigator.locks.request(name, async () => this.#drive(id));
+    } finally {
+      this.active.delete(id);
+    }
+  }
+
+  /**
+   * For an operation that needs a decision (`needs-decision`): send it again
+   * with the same key, as a new first send (a fresh budget and window). Only
+   * for an application or user who checked that it did not happen.
+   * @param {string} id
+   * @returns {Promise<OperationResult>}
+   */
+  async resend(id) {
     const op = await this.#get(id);
-    if (op) this.#emit({ type: "busy", op }, false);
-    // Another tab is sending it: wait our turn, then look again.
-    return navigator.locks.request(name, async () => this.#drive(id));
+    if (!op) return { state: "finished-elsewhere", id };
+    Object.assign(op, { decision: null, attempts: 0, firstSentAt: null, nextAttemptAt: 0, phase: "send" });
+    await this.#put(op);
+    this.#emit({ type: "update", op });
+    return this.run(id);
+  }
+
+  /**
+   * For an operation that needs a decision: forget it (it is deleted; its
+   * key is never sent again).
+   * @param {string} id
+   * @returns {Promise<OperationResult>}
+   */
+  async discard(id) {
+    return navigator.locks.request(LOCK_PREFIX + id, async () => {
+      const op = await this.#get(id);
+      if (!op) return { state: "finished-elsewhere", id };
+      return this.#finish(op, { state: "discarded", id, key: op.key });
+    });
   }
 
   /**
@@ -192,26 +338,51 @@ export class IdempotentClient {
   /** The send loop, under the operation's lock. */
   async #drive(id) {
     for (;;) {
-      // Re-read on every attempt: the stored record is the truth (and may
-      // be gone if another tab finished it).
+      // Re-read on every turn: the stored record is the truth (and may be
+      // gone if another tab finished it).
       const op = await this.#get(id);
       if (!op) return { state: "finished-elsewhere", id };
-      // The key is scoped to the account it was first sent for: sent with
-      // another account's credentials, it would create a second effect.
-      if ((op.scope ?? "") !== this.scope) return { state: "other-scope", id };
+      if (op.decision) return this.#decisionResult(op);
+      // The key belongs to the account it was first sent for: sent with
+      // another account's credentials, it would create that account's order.
+      if ((op.scope ?? "") !== (await this.currentScope())) return this.#hold(op);
       const waitMs = op.nextAttemptAt - Date.now();
       if (waitMs > 0) {
         await sleep(waitMs, this.wakers, id);
         continue;
       }
-      op.attempts += 1;
-      op.last = { sending: true, at: Date.now() };
-      // The attempt is counted before it is sent, so a reload mid-flight
-      // never resets the budget.
-      await this.#put(op);
-      this.#emit({ type: "update", op });
+      if (offline()) {
+        // Nothing is sent and no attempt is counted until `online`. If the
+        // tab is closed meanwhile, Background Sync wakes the app's service
+        // worker when the network is back.
+        this.#emit({ type: "offline", op }, false);
+        this.#requestBackgroundSync();
+        await new Promise((resolve) => this.onlineWaiters.add(resolve));
+        continue;
+      }
+      if (op.phase === "lookup") {
+        const result = await this.#reconcile(op);
+        if (result) return result;
+        continue;
+      }
 
-      const { outcome, response, text } = await this.#send(op);
+      // The attempt is counted (and the first send time kept) before it is
+      // sent, so a reload mid-flight never resets the budget or the window.
+      const before = { attempts: op.attempts, firstSentAt: op.firstSentAt, last: op.last };
+      op.attempts += 1;
+      op.firstSentAt ??= Date.now();
+      op.last = { sending: true, at: Date.now() };
+      await this.#put(op);
+      // The credentials are read after the last await before the send.
+      const credentials = await this.#credentials();
+      if (credentials.scope !== op.scope) {
+        Object.assign(op, before);
+        await this.#put(op);
+        return this.#hold(op);
+      }
+      const sending = this.#send(op, credentials.headers);
+      this.#emit({ type: "update", op });
+      const { outcome, response, text } = await sending;
       const step = retryStep(op.attempts, outcome, this.random(), this.policy);
       op.last = { ...outcome, at: Date.now(), action: step.action, delayMs: step.delayMs };
       this.#emit({ type: "attempt", op, outcome, step });
@@ -240,25 +411,42 @@ export class IdempotentClient {
             status: response ? response.status : 0,
             problem: problemOf(text),
           });
-        case "reconcile": {
-          const result = await this.#reconcile(op);
-          if (result) return result;
+        case "reconcile":
+          op.phase = "lookup";
+          await this.#put(op);
+          this.#emit({ type: "update", op });
           break;
-        }
         default:
           throw new Error(`unknown retry step ${step.action}`);
       }
     }
   }
 
-  /** One attempt: the outcome in the shape `retryStep` reads. */
-  async #send(op) {
+  /** The operation stays stored, unsent, until its account signs in again. */
+  #hold(op) {
+    this.#emit({ type: "held", op, reason: "other-scope" }, false);
+    return { state: "other-scope", id: op.id };
+  }
+
+  #decisionResult(op) {
+    return {
+      state: "needs-decision",
+      id: op.id,
+      key: op.key,
+      firstSentAt: op.firstSentAt ?? op.createdAt,
+      attempts: op.attempts,
+      lookup: op.decision.lookup,
+    };
+  }
+
+  /** One attempt with the given headers: the outcome in the shape `retryStep` reads. */
+  async #send(op, headers) {
     let response;
     try {
       response = await this.fetch(this.baseUrl + op.url, {
         method: op.method,
         headers: {
-          ...(await this.headers()),
+          ...headers,
           "Content-Type": "application/json",
           "Idempotency-Key": op.key,
         },
@@ -285,15 +473,20 @@ export class IdempotentClient {
   }
 
   /**
-   * Looks the operation up. A final answer (completed, expired, unknown)
-   * ends it; otherwise (in progress, or the lookup itself failed) it waits
-   * and tries again, the stored operation kept.
+   * Looks the operation up (with its own account's credentials).
+   * `completed` and `expired` end it. `unknown` is not final: the core says
+   * whether to resend the same key (inside the replay window) or to hand it
+   * to the application. `in_progress`, or a failed lookup: send again later
+   * with the same key, which replays or comes back here.
+   * Returns a result when the operation ends (or is held), else null.
    */
   async #reconcile(op) {
+    const credentials = await this.#credentials();
+    if (credentials.scope !== op.scope) return this.#hold(op);
     let lookup;
     try {
       const response = await this.fetch(this.baseUrl + this.lookupPath(op.id), {
-        headers: await this.headers(),
+        headers: credentials.headers,
         cache: "no-store",
         signal: AbortSignal.timeout(this.attemptTimeoutMs),
       });
@@ -301,17 +494,49 @@ export class IdempotentClient {
     } catch {
       lookup = undefined;
     }
-    if (lookup && lookup.state !== "in_progress") {
+    const now = Date.now();
+    if (lookup && (lookup.state === "completed" || lookup.state === "expired")) {
       return this.#finish(op, { state: "reconciled", id: op.id, key: op.key, lookup });
     }
-    // Not final: keep the operation. In a while it is sent again with the
-    // same key (always safe), which replays, or with the budget spent comes
-    // straight back here.
-    op.nextAttemptAt = Date.now() + this.reconcileDelayMs;
-    op.last = { ...op.last, action: "reconcile", lookup: lookup ?? null };
+    op.phase = "send";
+    if (lookup && lookup.state === "unknown") {
+      const firstSentAt = op.firstSentAt ?? op.createdAt;
+      const step = afterUnknown(op.attempts, firstSentAt, now, this.replayWindowMs, this.random(), this.policy);
+      if (step.action === "needsDecision") {
+        op.decision = { reason: "unknown-past-window", at: now, lookup };
+        op.last = { ...op.last, action: "needs-decision", lookup };
+        await this.#put(op);
+        const result = this.#decisionResult(op);
+        this.#emit({ type: "decision", op, result });
+        return result;
+      }
+      op.nextAttemptAt = now + step.delayMs;
+      op.last = { ...op.last, action: "resend", delayMs: step.delayMs, lookup };
+    } else {
+      op.nextAttemptAt = now + this.reconcileDelayMs;
+      op.last = { ...op.last, action: "reconcile", lookup: lookup ?? null };
+    }
     await this.#put(op);
     this.#emit({ type: "update", op });
     return null;
+  }
+
+  /** Registers the `backgroundSync` tag with this page's service worker, if there is one. */
+  #requestBackgroundSync() {
+    const container = globalThis.navigator?.serviceWorker;
+    if (!this.backgroundSync || typeof container?.getRegistration !== "function") return;
+    container
+      .getRegistration()
+      .then((registration) => registration?.sync?.register(this.backgroundSync))
+      .catch(() => {});
+  }
+
+  #online() {
+    const waiters = [...this.onlineWaiters];
+    this.onlineWaiters.clear();
+    for (const resolve of waiters) resolve();
+    // Operations left by a tab that closed while offline.
+    this.resumePending().catch(() => {});
   }
 
   async #finish(op, result) {

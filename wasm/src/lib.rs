@@ -43,6 +43,8 @@ static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::FreeListAllocator> =
 const TS_TYPES: &'static str = r#"
 /** What one attempt produced: a response (status and its Retry-After header, if any) or a network error. */
 export interface RetryOutcome { status?: number; retryAfter?: string | null; retryAfterMs?: number | null; networkError?: boolean }
+/** After a lookup answered `unknown`: resend the same key after `delayMs` (inside the replay window), or hand the operation to the application (past it). */
+export interface UnknownStep { action: "resend" | "needsDecision"; delayMs?: number }
 /** The client's next step: wait and resend with the same key, stop (the request must change), reconcile (look the operation up) or done. */
 export interface RetryStep { action: "wait" | "stop" | "reconcile" | "done"; delayMs?: number }
 /** Retry parameters; the defaults are base 250 ms, cap 30 s, 8 attempts. */
@@ -90,9 +92,11 @@ fn key_error(e: KeyError) -> JsValue {
     err
 }
 
-/// `parseKeyLines(lines, profile)`: like `parseKey`, for all the
+/// `parseKeyLines(lines, profile)` (feature `field-lines`, for server-side
+/// JavaScript; the browser package leaves it out): like `parseKey`, for all the
 /// `Idempotency-Key` field lines of a request (none is
 /// `idempotency-key-missing`; more than one is reason `repeated`).
+#[cfg(feature = "field-lines")]
 #[wasm_bindgen(js_name = parseKeyLines)]
 pub fn parse_key_lines(
     lines: Vec<String>,
@@ -171,6 +175,31 @@ pub fn retry_step(
     // measured from now).
     let now = || UnixMillis(js_sys::Date::now() as u64);
     Ok(to_js(&policy.step(attempt, outcome.into_core(now), random)))
+}
+
+/// `afterUnknown(attempt, firstSentAt, now, replayWindowMs, random, policy?)`:
+/// what the client does when the lookup of its operation answered `unknown`
+/// at `now` (Unix ms), the operation having been first sent at
+/// `firstSentAt` and having made `attempt` attempts. Returns
+/// `{action: "resend", delayMs}` (inside the replay window: the same key,
+/// after the policy's backoff) or `{action: "needsDecision"}` (past it).
+#[wasm_bindgen(js_name = afterUnknown, unchecked_return_type = "UnknownStep")]
+pub fn after_unknown(
+    attempt: u32,
+    #[wasm_bindgen(js_name = firstSentAt)] first_sent_at: f64,
+    now: f64,
+    #[wasm_bindgen(js_name = replayWindowMs)] replay_window_ms: f64,
+    random: f64,
+    #[wasm_bindgen(unchecked_param_type = "RetryPolicy | undefined")] policy: JsValue,
+) -> Result<JsValue, JsValue> {
+    let step = policy_from_js(&policy)?.after_unknown(
+        attempt,
+        UnixMillis(whole(first_sent_at, "firstSentAt")?),
+        UnixMillis(whole(now, "now")?),
+        whole(replay_window_ms, "replayWindowMs")?,
+        random,
+    );
+    Ok(to_js(&step))
 }
 
 /// `defaultRetryPolicy()`: the core's default retry parameters.
@@ -253,14 +282,18 @@ fn number(target: &JsValue, name: &str) -> Result<Option<u64>, JsValue> {
     if value.is_undefined() || value.is_null() {
         return Ok(None);
     }
-    match value.as_f64() {
+    whole(value.as_f64().unwrap_or(f64::NAN), name).map(Some)
+}
+
+/// A whole number `>= 0` that a JavaScript number holds exactly.
+fn whole(n: f64, name: &str) -> Result<u64, JsValue> {
+    if n >= 0.0 && n.fract() == 0.0 && n <= 9_007_199_254_740_991.0 {
         // Whole and in range, so the cast is exact.
-        Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= 9_007_199_254_740_991.0 => {
-            Ok(Some(n as u64))
-        }
-        _ => Err(invalid_argument(&format!(
+        Ok(n as u64)
+    } else {
+        Err(invalid_argument(&format!(
             "{name} must be a whole number >= 0"
-        ))),
+        )))
     }
 }
 

@@ -22,16 +22,29 @@ test("shared vectors give the native answers in Chromium", async () => {
     const results = await page.evaluate(async () => {
       const wasm = await import("/pkg/idemkey_wasm.js");
       await wasm.default();
-      const { runVectors, checkNewKeys } = await import("/tests/vectors-lib.mjs");
+      const { runVectors, checkNewKeys, keyCases } = await import("/tests/vectors-lib.mjs");
       const load = async (name) => (await fetch(`/vectors/${name}.json`)).json();
-      const vectors = { keys: await load("keys"), fingerprints: await load("fingerprints"), retry: await load("retry"), orders: await load("orders") };
-      const total = vectors.keys.cases.length + vectors.fingerprints.cases.length + vectors.retry.cases.length + vectors.orders.cases.length;
-      return { results: runVectors(wasm, vectors), total, newKeys: checkNewKeys(wasm, 1000), ua: navigator.userAgent };
+      const vectors = { keys: await load("keys"), fingerprints: await load("fingerprints"), retry: await load("retry"), unknown: await load("unknown"), orders: await load("orders") };
+      const oneLine = keyCases(wasm, vectors.keys).length;
+      const total = oneLine + vectors.fingerprints.cases.length + vectors.retry.cases.length + vectors.unknown.cases.length + vectors.orders.cases.length;
+      return {
+        results: runVectors(wasm, vectors),
+        total,
+        oneLine,
+        allKeys: vectors.keys.cases.length,
+        hasFieldLines: "parseKeyLines" in wasm,
+        newKeys: checkNewKeys(wasm, 1000),
+        ua: navigator.userAgent,
+      };
     });
     assert.deepEqual(errors, []);
     const failed = results.results.filter((r) => r.error);
     assert.deepEqual(failed, [], `failed in ${results.ua}`);
     assert.equal(results.results.length, results.total);
+    // The browser build leaves parseKeyLines out (feature field-lines): the
+    // zero- and two-line key cases run in the Node build only.
+    assert.equal(results.hasFieldLines, false);
+    assert.ok(results.oneLine > 100 && results.oneLine < results.allKeys, `${results.oneLine} of ${results.allKeys} key cases`);
     assert.equal(results.newKeys, 1000);
     console.log(`# ${results.results.length} vector cases and 1000 new keys passed in ${results.ua.match(/Chrome\/[\d.]+/)?.[0]}`);
   } finally {

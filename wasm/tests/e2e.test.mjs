@@ -6,72 +6,32 @@
 // (default ~/.cache/idemkey/artifacts).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { homedir, tmpdir } from "node:os";
+import { mkdirSync } from "node:fs";
+import { homedir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { launch } from "./browser.mjs";
+import { startServer } from "./server.mjs";
 
-const root = fileURLToPath(new URL("../../", import.meta.url));
-const targetDir = process.env.CARGO_TARGET_DIR ?? join(root, "target");
-const serverBin = process.env.IDEMKEY_SERVER_BIN ?? join(targetDir, "debug", "idemkey-server");
 const artifacts = process.env.IDEMKEY_ARTIFACTS ?? join(homedir(), ".cache", "idemkey", "artifacts");
 
 /** A slow, deterministic policy: every wait is 0.9 * 6000 = 5400 ms. */
 const SLOW = "?baseMs=6000&capMs=6000&random=0.9";
 
-let dir;
-let dbPath;
-let dbUrl;
 let server;
 let base;
 
 before(async () => {
-  dir = mkdtempSync(join(tmpdir(), "idemkey-e2e-"));
-  dbPath = join(dir, "demo.db");
-  dbUrl = `sqlite://${dbPath}`;
-  server = spawn(serverBin, ["serve", "--demo", "--demo-dir", join(root, "js-demo"), "--database-url", dbUrl, "--bind", "127.0.0.1:0"], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, NO_COLOR: "1", RUST_LOG: "info" },
-  });
-  base = await new Promise((resolve, reject) => {
-    let seen = "";
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${seen}`)), 30000);
-    const read = (chunk) => {
-      seen += chunk;
-      const m = seen.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    };
-    server.stdout.on("data", read);
-    server.stderr.on("data", read);
-    server.on("exit", (code) => reject(new Error(`server exited with ${code}:\n${seen}`)));
-  });
+  server = await startServer();
+  base = server.base;
 });
 
-after(() => {
-  server?.kill("SIGTERM");
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
+after(() => server?.stop());
 
-/** A fresh account for one test; its token is the last line of stdout. */
-function account(name) {
-  const out = execFileSync(serverBin, ["account", "create", name, "--database-url", dbUrl], { encoding: "utf8" });
-  return out.trim().split("\n").pop();
-}
-
-function sql(query, ...args) {
-  const script = "import sqlite3,sys,json; c=sqlite3.connect(sys.argv[1]); print(json.dumps(c.execute(sys.argv[2], sys.argv[3:]).fetchall()))";
-  return JSON.parse(execFileSync("python3", ["-c", script, dbPath, query, ...args], { encoding: "utf8" }));
-}
+/** A fresh account for one test; its token. */
+const account = (name) => server.account(name);
 
 /** Orders of the account called `name`, straight from the database. */
-function ordersInDb(name) {
-  return sql("SELECT o.id, o.sku, o.quantity FROM orders o JOIN accounts a ON a.id = o.account_id WHERE a.name = ?", name);
-}
+const ordersInDb = (name) => server.ordersOf(name);
 
 async function openShop(context, token, query = "") {
   const page = await context.newPage();

@@ -2,8 +2,9 @@
 // Runs unchanged in Node (vectors.test.mjs) and in Chromium
 // (chromium.test.mjs): no Node APIs, no assertion library.
 //
-// Covered: keys.json (parseKey, parseKeyLines), fingerprints.json
-// (fingerprint), retry.json (retryStep), orders.json (validateOrder). Not
+// Covered: keys.json (parseKey, and parseKeyLines where the build has it), fingerprints.json
+// (fingerprint), retry.json (retryStep), unknown.json (afterUnknown),
+// orders.json (validateOrder). Not
 // covered, because the browser package does not expose them: decisions.json
 // (the server decides) and problems.json (the server builds problems;
 // validateOrder's request-invalid bodies are checked byte for byte).
@@ -55,9 +56,18 @@ function outcomes(outcome) {
 }
 
 /**
+ * The key cases a build can check: all of them with parseKeyLines (the Node
+ * build); the one-line cases through parseKey in the browser build, which
+ * leaves parseKeyLines out (feature `field-lines`).
+ */
+export function keyCases(wasm, keys) {
+  return wasm.parseKeyLines ? keys.cases : keys.cases.filter((c) => c.lines.length === 1);
+}
+
+/**
  * Runs every vector; returns one result per case: {suite, name, error?}.
  * @param {typeof import("../pkg/idemkey_wasm.js")} wasm
- * @param {{keys: any, fingerprints: any, retry: any, orders: any}} vectors
+ * @param {{keys: any, fingerprints: any, retry: any, unknown?: any, orders: any}} vectors
  */
 export function runVectors(wasm, vectors) {
   const results = [];
@@ -70,9 +80,10 @@ export function runVectors(wasm, vectors) {
     }
   };
 
-  for (const c of vectors.keys.cases) {
+  for (const c of keyCases(wasm, vectors.keys)) {
     run("keys", `${c.name} (${c.profile})`, () => {
-      const attempts = [() => wasm.parseKeyLines(c.lines, c.profile)];
+      const attempts = [];
+      if (wasm.parseKeyLines) attempts.push(() => wasm.parseKeyLines(c.lines, c.profile));
       if (c.lines.length === 1) attempts.push(() => wasm.parseKey(c.lines[0], c.profile));
       for (const attempt of attempts) {
         if ("ok" in c) {
@@ -101,6 +112,14 @@ export function runVectors(wasm, vectors) {
         expectEqual(wasm.retryStep(c.attempt, outcome, c.random), c.step, `step for ${canon(outcome)}`);
         expectEqual(wasm.retryStep(c.attempt, outcome, c.random, policy), c.step, "explicit policy");
       }
+    });
+  }
+
+  for (const c of vectors.unknown?.cases ?? []) {
+    run("unknown", c.name, () => {
+      const args = [c.attempt, c.firstSentAt, c.now, c.replayWindowMs, c.random];
+      expectEqual(wasm.afterUnknown(...args), c.step, "after unknown");
+      expectEqual(wasm.afterUnknown(...args, vectors.unknown.policy), c.step, "explicit policy");
     });
   }
 

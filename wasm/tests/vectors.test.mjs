@@ -13,9 +13,11 @@ const vectors = {
   keys: load("keys"),
   fingerprints: load("fingerprints"),
   retry: load("retry"),
+  unknown: load("unknown"),
   orders: load("orders"),
 };
 
+assert.equal(typeof wasm.parseKeyLines, "function", "the Node build has every feature");
 const results = runVectors(wasm, vectors);
 for (const r of results) {
   test(`${r.suite}: ${r.name}`, () => {
@@ -28,6 +30,7 @@ test("every vector case ran", () => {
     vectors.keys.cases.length +
     vectors.fingerprints.cases.length +
     vectors.retry.cases.length +
+    vectors.unknown.cases.length +
     vectors.orders.cases.length;
   assert.equal(results.length, expected);
 });
@@ -57,4 +60,10 @@ test("a custom policy is honoured", () => {
   const policy = { baseMs: 1000, capMs: 1000, maxAttempts: 2 };
   assert.deepEqual(wasm.retryStep(1, { networkError: true }, 0.5, policy), { action: "wait", delayMs: 500 });
   assert.deepEqual(wasm.retryStep(2, { networkError: true }, 0.5, policy), { action: "reconcile" });
+});
+
+test("afterUnknown checks its arguments", () => {
+  assert.throws(() => wasm.afterUnknown(1, -1, 0, 1000, 0.5), { code: "invalid-argument" });
+  assert.throws(() => wasm.afterUnknown(1, 0, 1.5, 1000, 0.5), { code: "invalid-argument" });
+  assert.throws(() => wasm.afterUnknown(1, 0, 0, Number.NaN, 0.5), { code: "invalid-argument" });
 });

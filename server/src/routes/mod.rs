@@ -32,6 +32,7 @@ pub fn router(state: AppState) -> Router {
         router = router
             .route("/demo/lose-next-response", post(lose_next_response))
             .route("/demo/token", get(demo_token))
+            .route("/demo/tokens", get(demo_tokens))
             .fallback_service(ServeDir::new(dir).not_found_service(axum::routing::any(not_found)))
             .layer(axum::middleware::map_response(close_connection));
     } else {
@@ -65,6 +66,27 @@ async fn demo_token(State(state): State<AppState>) -> Response {
         ),
         None => problem_response(&Problem::not_found()),
     }
+}
+
+/// Demo mode only: the demo accounts (`demo`, `demo-b`) and their tokens,
+/// in the order the page offers them, for the page's "switch account"
+/// control. Added by `main` as an [`axum::Extension`].
+#[derive(Clone, Debug, Default)]
+pub struct DemoAccounts(pub Vec<(String, String)>);
+
+/// Demo mode only: `{"accounts":[{"name":"demo","token":"…"},…]}`.
+async fn demo_tokens(accounts: Option<axum::Extension<DemoAccounts>>) -> Response {
+    let Some(axum::Extension(DemoAccounts(accounts))) = accounts else {
+        return problem_response(&Problem::not_found());
+    };
+    let list: Vec<_> = accounts
+        .iter()
+        .map(|(name, token)| serde_json::json!({ "name": name, "token": token }))
+        .collect();
+    json_response(
+        StatusCode::OK,
+        serde_json::json!({ "accounts": list }).to_string(),
+    )
 }
 
 /// Demo mode only: every response closes its connection, so the lost

@@ -1,0 +1,31 @@
+// The demo's service worker (a module worker): Background Sync finishes the
+// operations that waited for the network after every tab of the shop was
+// closed. It only handles `sync`; it intercepts no request.
+//
+// Each operation is sent only with the credentials of the account that
+// created it: one IdempotentClient per account the page left credentials
+// for, with that account's scope. Operations of other accounts stay held.
+import { IdempotentClient } from "./pkg/idempotent-client.js";
+import { SYNC_TAG, loadAccounts } from "./worker-accounts.js";
+
+self.addEventListener("install", () => self.skipWaiting());
+self.addEventListener("activate", (event) => event.waitUntil(self.clients.claim()));
+
+self.addEventListener("sync", (event) => {
+  if (event.tag === SYNC_TAG) event.waitUntil(finishPending());
+});
+
+async function finishPending() {
+  const accounts = await loadAccounts();
+  await Promise.all(
+    accounts.map(async (account) => {
+      const client = await IdempotentClient.create({
+        scope: account.scope,
+        headers: () => ({ Authorization: `Bearer ${account.token}` }),
+      });
+      // Waits for the lock of an operation a page is still sending, then
+      // finds it finished there.
+      await client.resumePending();
+    }),
+  );
+}
