@@ -6,7 +6,10 @@
 //! [`Fingerprint`]s of validated payloads, decides what to do with a request
 //! given what the store holds ([`decide`]: execute, replay, 422, 409, 410),
 //! owns every RFC 9457 [`Problem`] the project sends, and the client
-//! [`RetryPolicy`]. It does no IO, no async, reads no clock and draws no
+//! [`RetryPolicy`]. It also owns what the adapters would otherwise each
+//! copy: the generic HTTP fingerprint ([`Fingerprint::of_http`]), which
+//! response headers a replay repeats ([`is_replayed_header`]) and the states
+//! the lookup endpoint reports ([`LookupState`]). It does no IO, no async, reads no clock and draws no
 //! random numbers: time ([`UnixMillis`]) and randomness are arguments. The
 //! server, the edge Worker and the browser package all call it, so they
 //! never disagree.
@@ -40,20 +43,24 @@
 mod decision;
 mod fingerprint;
 mod key;
+mod lookup;
 mod operation;
 mod order;
 mod problem;
+mod replay;
 mod request;
 mod retry;
 
 pub use decision::{Decision, ExpiryPolicy, Stored, UnixMillis, decide, retry_after_secs};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, canonical_json};
 pub use key::{IdempotencyKey, KeyError, KeyProfile, MAX_KEY_LEN, UnknownProfile};
+pub use lookup::LookupState;
 pub use operation::{InvalidOperation, MAX_OPERATION_LEN, OperationId};
 pub use order::{MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, QUANTITY_RANGE};
 pub use problem::{
     FieldError, PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_PREFIX, ParsedProblem, Problem, ProblemCode,
 };
+pub use replay::{DEFAULT_REPLAY_HEADERS, NEVER_REPLAYED_HEADERS, is_replayed_header};
 pub use request::{
     CheckedHead, HeadRules, RequestHead, bearer_token, check_body_len, check_head,
     is_json_media_type,
