@@ -4,11 +4,12 @@
 use std::path::Path;
 
 use idemkey_core::{
-    AttemptOutcome, Decision, ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, NewOrder,
-    OperationId, Problem, ProblemCode, RetryPolicy, RetryStep, Stored, UnixMillis, canonical_json,
-    decide,
+    AttemptOutcome, DEFAULT_REPLAY_HEADERS, Decision, ExpiryPolicy, Fingerprint, IdempotencyKey,
+    KeyProfile, LookupState, NEVER_REPLAYED_HEADERS, NewOrder, OperationId, Problem, ProblemCode,
+    RetryPolicy, RetryStep, Stored, UnixMillis, canonical_json, decide, is_replayed_header,
 };
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 fn load(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -107,36 +108,52 @@ fn reordered_members_share_a_fingerprint_and_other_payloads_do_not() {
     assert_ne!(hex("order body"), hex("same body, other operation version"));
 }
 
+/// The fingerprint a symbol of decisions.json and lookups.json stands for:
+/// "A" and "B" are two different requests.
+fn symbol(v: &Value) -> Fingerprint {
+    let op = OperationId::from_static("POST /x:v1");
+    match v.as_str() {
+        Some(s @ ("A" | "B")) => Fingerprint::of_json(&op, &format!("{s:?}")).unwrap(),
+        other => panic!("unknown fingerprint symbol {other:?}"),
+    }
+}
+
+/// A `stored` object of decisions.json and lookups.json.
+fn stored_of(s: &Value, fp: impl Fn(&Value) -> Fingerprint) -> Stored {
+    match str_of(s, "state") {
+        "nothing" => Stored::Nothing,
+        "in_flight" => Stored::InFlight {
+            fingerprint: fp(&s["fingerprint"]),
+            lease_until: UnixMillis(s["lease_until"].as_u64().unwrap()),
+        },
+        "completed" => Stored::Completed {
+            fingerprint: fp(&s["fingerprint"]),
+            replay_until: UnixMillis(s["replay_until"].as_u64().unwrap()),
+        },
+        "tombstone" => Stored::Tombstone {
+            fingerprint: fp(&s["fingerprint"]),
+        },
+        other => panic!("unknown state {other}"),
+    }
+}
+
+/// The cases of a file that states its `count`, checked to be that many and
+/// more than none.
+fn counted(doc: &Value) -> &Vec<Value> {
+    let all = cases(doc);
+    assert!(!all.is_empty(), "no cases");
+    assert_eq!(Some(all.len() as u64), doc["count"].as_u64(), "count");
+    all
+}
+
 #[test]
 fn decision_vectors() {
-    let op = OperationId::from_static("POST /x:v1");
-    let a = Fingerprint::of_json(&op, "\"A\"").unwrap();
-    let b = Fingerprint::of_json(&op, "\"B\"").unwrap();
-    let fp = |v: &Value| match v.as_str() {
-        Some("A") => a,
-        Some("B") => b,
-        other => panic!("unknown fingerprint symbol {other:?}"),
-    };
+    let fp = symbol;
     let doc = load("decisions.json");
     let mut seen = std::collections::BTreeSet::new();
     for case in cases(&doc) {
         let name = str_of(case, "name");
-        let s = &case["stored"];
-        let stored = match str_of(s, "state") {
-            "nothing" => Stored::Nothing,
-            "in_flight" => Stored::InFlight {
-                fingerprint: fp(&s["fingerprint"]),
-                lease_until: UnixMillis(s["lease_until"].as_u64().unwrap()),
-            },
-            "completed" => Stored::Completed {
-                fingerprint: fp(&s["fingerprint"]),
-                replay_until: UnixMillis(s["replay_until"].as_u64().unwrap()),
-            },
-            "tombstone" => Stored::Tombstone {
-                fingerprint: fp(&s["fingerprint"]),
-            },
-            other => panic!("unknown state {other}"),
-        };
+        let stored = stored_of(&case["stored"], fp);
         let policy: ExpiryPolicy = str_of(case, "policy").parse().unwrap();
         let now = UnixMillis(case["now"].as_u64().unwrap());
         let decision = decide(stored, fp(&case["request"]), now, policy);
@@ -285,4 +302,119 @@ fn unknown_vectors() {
         seen.insert(str_of(&case["step"], "action").to_owned());
     }
     assert_eq!(seen.len(), 2, "both steps are covered: {seen:?}");
+}
+
+#[test]
+fn lookup_vectors() {
+    let doc = load("lookups.json");
+    let mut seen = std::collections::BTreeSet::new();
+    for case in counted(&doc) {
+        let name = str_of(case, "name");
+        let stored = stored_of(&case["stored"], symbol);
+        let now = UnixMillis(case["now"].as_u64().unwrap());
+        let state = LookupState::of(stored, now);
+        assert_eq!(state.as_str(), str_of(case, "state"), "{name}");
+        let want: LookupState = serde_json::from_value(case["state"].clone()).unwrap();
+        assert_eq!(state, want, "{name}");
+        seen.insert(state.as_str());
+    }
+    // Every state is reached.
+    assert_eq!(seen, LookupState::ALL.map(LookupState::as_str).into());
+}
+
+#[test]
+fn replay_header_vectors() {
+    let doc = load("replay_headers.json");
+    let list = |field: &str| -> Vec<String> {
+        serde_json::from_value(doc[field].clone()).unwrap_or_else(|e| panic!("{field}: {e}"))
+    };
+    assert_eq!(list("default"), DEFAULT_REPLAY_HEADERS);
+    assert_eq!(list("never"), NEVER_REPLAYED_HEADERS);
+    for case in counted(&doc) {
+        let name = str_of(case, "name");
+        let allow: Vec<&str> = case["allow"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let got = is_replayed_header(str_of(case, "header"), &allow);
+        assert_eq!(Some(got), case["replayed"].as_bool(), "{name}");
+    }
+}
+
+/// The bytes of an HTTP fingerprint case's body: `body` (UTF-8 text) or
+/// `body_hex`.
+fn body_bytes(case: &Value) -> Vec<u8> {
+    match (&case["body"], &case["body_hex"]) {
+        (Value::String(text), Value::Null) => text.as_bytes().to_vec(),
+        (Value::Null, Value::String(hex)) => (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect(),
+        _ => panic!("body or body_hex in {case}"),
+    }
+}
+
+#[test]
+fn http_fingerprint_vectors() {
+    let doc = load("http_fingerprints.json");
+    assert_eq!(doc["version"], 1);
+    for case in counted(&doc) {
+        let name = str_of(case, "name");
+        let op = OperationId::new(str_of(case, "operation")).unwrap();
+        let content_type = case["content_type"].as_str().map(str::as_bytes);
+        let body = body_bytes(case);
+        let fp = Fingerprint::of_http(
+            &op,
+            str_of(case, "method"),
+            str_of(case, "path"),
+            content_type,
+            &body,
+        );
+        assert_eq!(fp.to_hex(), str_of(case, "hex"), "{name}");
+        // The canonical text is what the hex hashes (a check of the file).
+        let digest = Fingerprint::from_bytes(Sha256::digest(str_of(case, "canonical")).into());
+        assert_eq!(digest, fp, "{name}: canonical");
+    }
+}
+
+#[test]
+fn http_fingerprints_equal_where_the_contract_says() {
+    let doc = load("http_fingerprints.json");
+    let hex = |name: &str| {
+        cases(&doc)
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| str_of(c, "hex").to_owned())
+            .unwrap_or_else(|| panic!("no case {name}"))
+    };
+    let same = [
+        ("JSON body", "JSON body, members reordered and spaced"),
+        ("JSON body", "JSON type in capitals with charset utf-8"),
+        (
+            "JSON text as text/plain is bytes",
+            "JSON text with no content type is bytes",
+        ),
+        (
+            "empty body under a JSON type is null",
+            "empty body with no content type is null",
+        ),
+    ];
+    for (a, b) in same {
+        assert_eq!(hex(a), hex(b), "{a} / {b}");
+    }
+    let differ = [
+        ("JSON body", "JSON text as text/plain is bytes"),
+        ("JSON body", "other method, same body"),
+        ("JSON body", "other operation, same request"),
+        ("query string is part of the path", "other query string"),
+        (
+            "JSON null is not an empty body",
+            "empty body under a JSON type is null",
+        ),
+    ];
+    for (a, b) in differ {
+        assert_ne!(hex(a), hex(b), "{a} / {b}");
+    }
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the shared test vectors of idemkey (keys, fingerprints, decisions,
-retry steps, problems, order bodies) as JSON files beside this script.
+retry steps, problems, order bodies, lookup states, replayed headers, HTTP
+fingerprints) as JSON files beside this script.
 
 This is a second, independent statement of the contract: the expected values
 below are written by hand (or computed here with Python's own json and
@@ -9,6 +10,7 @@ tests all read the JSON files; `generate.py --check` fails when the files are
 out of date with this script.
 """
 
+import base64
 import hashlib
 import json
 import sys
@@ -208,6 +210,211 @@ def decision_cases():
     return cases
 
 
+def lookup_cases():
+    # LookupState::of(stored, now): what GET /operations/{key} reports.
+    A = "A"
+    cases = []
+
+    def case(name, stored, now, state):
+        cases.append({"name": name, "stored": stored, "now": now, "state": state})
+
+    nothing = {"state": "nothing"}
+    done = {"state": "completed", "fingerprint": A, "replay_until": 10_000}
+    tomb = {"state": "tombstone", "fingerprint": A}
+    flight = {"state": "in_flight", "fingerprint": A, "lease_until": 10_000}
+    case("nothing stored: unknown", nothing, 0, "unknown")
+    case("nothing stored, much later: still unknown", nothing, 99_000, "unknown")
+    case("in flight, lease running: in progress", flight, 5_000, "in_progress")
+    case("in flight, last millisecond of the lease: in progress", flight, 9_999, "in_progress")
+    case("in flight, lease over: still in progress (no result stored)", flight, 10_000,
+         "in_progress")
+    case("in flight, long after the lease: still in progress", flight, 99_000, "in_progress")
+    case("completed, in the window: completed", done, 0, "completed")
+    case("completed, last millisecond of the window: completed", done, 9_999, "completed")
+    case("completed, at the deadline: expired", done, 10_000, "expired")
+    case("completed, after the window: expired", done, 99_000, "expired")
+    case("tombstone: expired", tomb, 0, "expired")
+    case("tombstone, much later: expired", tomb, 99_000, "expired")
+    return cases
+
+
+DEFAULT_REPLAY = ["content-type", "location"]
+NEVER_REPLAYED = ["connection", "proxy-connection", "keep-alive", "transfer-encoding", "te",
+                  "trailer", "upgrade", "proxy-authenticate", "proxy-authorization",
+                  "content-length", "set-cookie", "date", "idempotent-replayed"]
+
+
+def replay_header_cases():
+    # is_replayed_header(header, allow): in allow (ASCII case-insensitive) and
+    # never in NEVER_REPLAYED.
+    cases = []
+
+    def case(name, header, allow, replayed):
+        want = (any(header.lower() == a for a in allow if header.isascii())
+                and header.lower() not in NEVER_REPLAYED)
+        assert want == replayed, name  # the hand-written answer and the rule agree
+        cases.append({"name": name, "header": header, "allow": allow, "replayed": replayed})
+
+    case("content-type is replayed by default", "content-type", DEFAULT_REPLAY, True)
+    case("any letter case", "Content-Type", DEFAULT_REPLAY, True)
+    case("location is replayed by default", "location", DEFAULT_REPLAY, True)
+    case("location in capitals", "LOCATION", DEFAULT_REPLAY, True)
+    case("etag is not replayed by default", "etag", DEFAULT_REPLAY, False)
+    case("cache-control is not replayed by default", "Cache-Control", DEFAULT_REPLAY, False)
+    case("a custom header is not replayed by default", "X-Request-Id", DEFAULT_REPLAY, False)
+    case("a configured header is replayed", "ETag", DEFAULT_REPLAY + ["etag"], True)
+    case("a configured custom header is replayed", "X-Order-Id", ["x-order-id"], True)
+    case("an empty allowlist replays nothing", "content-type", [], False)
+    case("a longer name is another header", "content-type-options", DEFAULT_REPLAY, False)
+    case("a prefix is another header", "content", DEFAULT_REPLAY, False)
+    case("the empty name", "", DEFAULT_REPLAY, False)
+    case("non-ASCII is not folded", "LOCATİON", DEFAULT_REPLAY, False)
+    for never in NEVER_REPLAYED:
+        case(f"{never} is never replayed, even when allowed", never, DEFAULT_REPLAY + [never],
+             False)
+    case("never replayed in any letter case", "Set-Cookie", ["set-cookie", "content-type"], False)
+    case("the replay marker in capitals", "Idempotent-Replayed", ["idempotent-replayed"], False)
+    case("Transfer-Encoding in capitals", "TRANSFER-ENCODING", ["transfer-encoding"], False)
+    return cases
+
+
+def json_body(data):
+    """(True, value) for a body that is JSON text, (False, None) when it is not:
+    UTF-8 (no BOM), RFC 8259 (no NaN or Infinity), no lone surrogates, at
+    most 127 nested arrays and objects (serde_json's limit of 128)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False, None
+
+    def reject(constant):
+        raise ValueError(constant)
+
+    try:
+        value = json.loads(text, parse_constant=reject)
+    except ValueError:
+        return False, None
+
+    def fits(v, depth):
+        if isinstance(v, (list, dict)):
+            if depth + 1 > 127:
+                return False
+            items = v.values() if isinstance(v, dict) else v
+            keys = v.keys() if isinstance(v, dict) else []
+            return all(ok_str(k) for k in keys) and all(fits(i, depth + 1) for i in items)
+        return ok_str(v) if isinstance(v, str) else True
+
+    def ok_str(s):
+        try:
+            s.encode("utf-8")
+            return True
+        except UnicodeEncodeError:
+            return False
+
+    return (True, value) if fits(value, 0) else (False, None)
+
+
+def is_json_media_type(ct):
+    # application/json, any case, parameters allowed, charset only utf-8.
+    parts = ct.split(";")
+    if parts[0].strip(" \t").lower() != "application/json":
+        return False
+    for param in parts[1:]:
+        if "=" not in param:
+            return False
+        name, val = param.split("=", 1)
+        name, val = name.strip(" \t"), val.strip(" \t").strip('"')
+        if name.lower() == "charset" and val.lower() != "utf-8":
+            return False
+    return True
+
+
+def http_fingerprint_cases():
+    J = "application/json"
+    deep = lambda n: "[" * n + "]" * n  # noqa: E731
+    raw = [
+        # (name, operation, method, path, content type, body bytes)
+        ("JSON body", "http:v1", "POST", "/payments", J, b'{"amount":500,"currency":"EUR","to":"acct_1"}'),
+        ("JSON body, members reordered and spaced", "http:v1", "POST", "/payments", J,
+         b'{ "to" : "acct_1",\n  "currency":"EUR" , "amount" : 500 }'),
+        ("nested members are sorted at every level", "http:v1", "POST", "/payments", J,
+         b'{"z":{"b":[{"d":true,"c":null}],"a":2.5},"a":"x"}'),
+        ("JSON type in capitals with charset utf-8", "http:v1", "POST", "/payments",
+         "Application/JSON; charset=UTF-8", b'{"amount":500,"currency":"EUR","to":"acct_1"}'),
+        ("JSON type with another parameter", "http:v1", "POST", "/payments",
+         "application/json; profile=x", b'{"amount":500}'),
+        ("JSON in latin1 is bytes", "http:v1", "POST", "/payments",
+         "application/json; charset=latin1", b'{"amount":500}'),
+        ("a +json type is bytes", "http:v1", "POST", "/payments", "application/merge-patch+json",
+         b'{"amount":500}'),
+        ("JSON text as text/plain is bytes", "http:v1", "POST", "/payments", "text/plain",
+         b'{"amount":500,"currency":"EUR","to":"acct_1"}'),
+        ("JSON text with no content type is bytes", "http:v1", "POST", "/payments", None,
+         b'{"amount":500,"currency":"EUR","to":"acct_1"}'),
+        ("invalid JSON under a JSON type is bytes", "http:v1", "POST", "/payments", J,
+         b'{"amount":'),
+        ("trailing characters after JSON are bytes", "http:v1", "POST", "/payments", J, b"{} x"),
+        ("a byte order mark before JSON is bytes", "http:v1", "POST", "/payments", J,
+         b'\xef\xbb\xbf{"amount":500}'),
+        ("NaN is not JSON", "http:v1", "POST", "/payments", J, b'{"amount":NaN}'),
+        ("a lone surrogate escape is not JSON", "http:v1", "POST", "/payments", J,
+         b'{"name":"\\ud800"}'),
+        ("whitespace only under a JSON type is bytes", "http:v1", "POST", "/payments", J, b" \n"),
+        ("empty body under a JSON type is null", "http:v1", "POST", "/payments", J, b""),
+        ("empty body with no content type is null", "http:v1", "POST", "/payments", None, b""),
+        ("JSON null is not an empty body", "http:v1", "POST", "/payments", J, b"null"),
+        ("JSON scalar body", "http:v1", "POST", "/counter", J, b"42"),
+        ("JSON string body", "http:v1", "POST", "/notes", J, b'"just text"'),
+        ("JSON array body keeps its order", "http:v1", "POST", "/batch", J, b"[3,1,2]"),
+        ("query string is part of the path", "http:v1", "POST", "/payments?currency=EUR&dry_run=1", J,
+         b'{"amount":500}'),
+        ("other query string", "http:v1", "POST", "/payments?currency=USD&dry_run=1", J,
+         b'{"amount":500}'),
+        ("percent-encoded path kept as received", "http:v1", "POST", "/files/a%20b?x=%C3%A9",
+         "text/plain", b"hello"),
+        ("other method, same body", "http:v1", "PATCH", "/payments", J,
+         b'{"amount":500,"currency":"EUR","to":"acct_1"}'),
+        ("other operation, same request", "http:v2", "POST", "/payments", J,
+         b'{"amount":500,"currency":"EUR","to":"acct_1"}'),
+        ("non-ASCII JSON is hashed as UTF-8 characters", "http:v1", "POST", "/people", J,
+         '{"name":"José Ñandú 東京 🎉"}'.encode("utf-8")),
+        ("escaped unicode reads as the same characters", "http:v1", "POST", "/people", J,
+         b'{"name":"Jos\\u00e9 \\ud83c\\udf89"}'),
+        ("non-ASCII text bytes (latin1) are bytes", "http:v1", "POST", "/notes",
+         "text/plain; charset=latin1", "café".encode("latin-1")),
+        ("invalid UTF-8 under a JSON type is bytes", "http:v1", "POST", "/notes", J,
+         b'{"name":"caf\xe9"}'),
+        ("binary body", "http:v1", "PUT", "/blobs/1", "application/octet-stream",
+         bytes([0x00, 0xFF, 0xFE, 0x80, 0x7F, 0x0A, 0x3E, 0x3F])),
+        ("one byte: two padding characters", "http:v1", "POST", "/b", None, b"a"),
+        ("two bytes: one padding character", "http:v1", "POST", "/b", None, b"ab"),
+        ("three bytes: no padding", "http:v1", "POST", "/b", None, b"abc"),
+        ("JSON nested 127 deep is JSON", "http:v1", "POST", "/deep", J, deep(127).encode()),
+        ("JSON nested 128 deep is bytes (serde_json's depth limit)", "http:v1", "POST", "/deep", J,
+         deep(128).encode()),
+    ]
+    out = []
+    for name, op, method, path, ct, data in raw:
+        if not data:
+            body = None
+        else:
+            is_json, value = json_body(data) if ct is not None and is_json_media_type(ct) else (False, None)
+            if is_json:
+                body = {"json": value}
+            else:
+                body = {"base64": base64.b64encode(data).decode("ascii")}
+        canon = canonical([1, op, {"method": method, "path": path, "body": body}])
+        c = {"name": name, "operation": op, "method": method, "path": path, "content_type": ct}
+        try:
+            c["body"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            c["body_hex"] = data.hex()
+        c["canonical"] = canon
+        c["hex"] = hashlib.sha256(canon.encode("utf-8")).hexdigest()
+        out.append(c)
+    return out
+
+
 def retry_cases():
     policy = {"baseMs": 250, "capMs": 30_000, "maxAttempts": 8}
     cases = []
@@ -391,10 +598,18 @@ def order_cases():
     ]
 
 
+def counted(description, cases, **extra):
+    # `count` lets each reader check that it ran every case.
+    return {"description": description, **extra, "count": len(cases), "cases": cases}
+
+
 FILES = {
     "keys.json": lambda: {"description": "Idempotency-Key field lines per profile: the unquoted key, or the error code and reason.", "cases": key_cases()},
     "fingerprints.json": lambda: {"description": "SHA-256 of the canonical [1, operation, payload]; payload given as JSON text.", "version": 1, "cases": fingerprint_cases()},
     "decisions.json": lambda: {"description": "decide(stored, request, now, policy). Fingerprints A and B stand for two different requests; times in Unix ms.", "cases": decision_cases()},
+    "lookups.json": lambda: counted("LookupState::of(stored, now): the state GET /operations/{key} reports. Fingerprint A stands for the stored request; times in Unix ms.", lookup_cases()),
+    "replay_headers.json": lambda: {**counted("is_replayed_header(header, allow): whether a response header is stored and sent again on replay under the allowlist.", replay_header_cases()), "default": DEFAULT_REPLAY, "never": NEVER_REPLAYED},
+    "http_fingerprints.json": lambda: counted("Fingerprint::of_http(operation, method, path, content_type, body): SHA-256 of the canonical [1, operation, {method, path, body}]; body is the UTF-8 text in `body`, or the bytes in `body_hex`.", http_fingerprint_cases(), version=1),
     "retry.json": lambda: {"description": "RetryPolicy::step(attempt, outcome, random) with the default policy.", **retry_cases()},
     "problems.json": lambda: {"description": "Every problem code with its status, title and type; exact bodies and headers of the problem constructors.", **problem_cases()},
     "orders.json": lambda: {"description": "POST /orders:v1 bodies: the validated order or the exact request-invalid problem body.", "cases": order_cases()},

@@ -8,13 +8,21 @@
 //! ```json
 //! {"keys": [{"profile": "strict", "lines": ["\"abc\""]}],
 //!  "fingerprints": [{"operation": "POST /orders:v1", "payload": "{\"sku\":\"A\",\"quantity\":1}"}],
-//!  "orders": [{"body": "{\"sku\":\"A\",\"quantity\":1}"}]}
+//!  "orders": [{"body": "{\"sku\":\"A\",\"quantity\":1}"}],
+//!  "http_fingerprints": [{"operation": "http:v1", "method": "POST", "path": "/pay",
+//!                         "content_type": "application/json", "body_hex": "7b7d"}]}
 //! ```
 //!
 //! answers each list in order, in the vectors' own vocabulary: keys
 //! `{"ok": key}` or `{"error": {"code", "reason"}}`; fingerprints
 //! `{"canonical", "hex"}` or `{"error"}`; orders `{"ok": order}` or
-//! `{"problem": body}`.
+//! `{"problem": body}`; HTTP fingerprints (`Fingerprint::of_http`, whose
+//! body bytes travel as hex) `{"hex"}`.
+//!
+//! The Worker itself never computes an HTTP fingerprint (it guards `POST
+//! /orders`, whose fingerprint is the order's, and forwards the rest); the
+//! HTTP fingerprint vectors run here so that the core as built into the
+//! Worker is checked against them all the same.
 
 use idemkey_core::{
     FINGERPRINT_VERSION, Fingerprint, IdempotencyKey, KeyProfile, NewOrder, OperationId,
@@ -34,6 +42,8 @@ struct Batch {
     fingerprints: Vec<FingerprintCase>,
     #[serde(default)]
     orders: Vec<OrderCase>,
+    #[serde(default)]
+    http_fingerprints: Vec<HttpFingerprintCase>,
 }
 
 #[derive(Deserialize)]
@@ -51,6 +61,32 @@ struct FingerprintCase {
 #[derive(Deserialize)]
 struct OrderCase {
     body: String,
+}
+
+#[derive(Deserialize)]
+struct HttpFingerprintCase {
+    operation: String,
+    method: String,
+    path: String,
+    content_type: Option<String>,
+    body_hex: String,
+}
+
+/// The bytes of an even-length string of hex digits.
+fn from_hex(hex: &str) -> Result<Vec<u8>, String> {
+    let digits = hex.as_bytes();
+    if !digits.len().is_multiple_of(2) {
+        return Err(format!("odd-length hex: {hex:?}"));
+    }
+    digits
+        .chunks_exact(2)
+        .map(|pair| {
+            std::str::from_utf8(pair)
+                .ok()
+                .and_then(|p| u8::from_str_radix(p, 16).ok())
+                .ok_or_else(|| format!("not hex: {hex:?}"))
+        })
+        .collect()
 }
 
 /// Answers a batch (see the module docs); `Err` with a message when the
@@ -95,7 +131,23 @@ pub fn answer(batch: &[u8]) -> Result<Value, String> {
             Err(problem) => json!({ "problem": problem.to_json() }),
         })
         .collect::<Vec<_>>();
-    Ok(json!({ "keys": keys, "fingerprints": fingerprints, "orders": orders }))
+    let http_fingerprints = batch
+        .http_fingerprints
+        .iter()
+        .map(|case| {
+            let op = OperationId::new(&case.operation).map_err(|e| e.to_string())?;
+            let body = from_hex(&case.body_hex)?;
+            let content_type = case.content_type.as_deref().map(str::as_bytes);
+            let fp = Fingerprint::of_http(&op, &case.method, &case.path, content_type, &body);
+            Ok(json!({ "hex": fp.to_hex() }))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(json!({
+        "keys": keys,
+        "fingerprints": fingerprints,
+        "orders": orders,
+        "http_fingerprints": http_fingerprints,
+    }))
 }
 
 #[cfg(test)]
@@ -158,9 +210,52 @@ mod tests {
         }
     }
 
+    /// The HTTP fingerprint vectors as the workerd test sends them (body
+    /// bytes as hex), answered natively: each gives the vector's hex.
+    #[test]
+    fn native_http_fingerprints_match_the_vectors() {
+        let doc = vectors("http_fingerprints.json");
+        let cases = doc["cases"].as_array().unwrap();
+        assert!(!cases.is_empty());
+        assert_eq!(Some(cases.len() as u64), doc["count"].as_u64());
+        let to_hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let batch: Vec<Value> = cases
+            .iter()
+            .map(|c| {
+                let body_hex = match (&c["body"], &c["body_hex"]) {
+                    (Value::String(text), _) => to_hex(text.as_bytes()),
+                    (_, hex) => hex.as_str().unwrap().to_owned(),
+                };
+                json!({
+                    "operation": c["operation"], "method": c["method"], "path": c["path"],
+                    "content_type": c["content_type"], "body_hex": body_hex,
+                })
+            })
+            .collect();
+        let got = answer(json!({ "http_fingerprints": batch }).to_string().as_bytes()).unwrap();
+        let got = got["http_fingerprints"].as_array().unwrap();
+        assert_eq!(got.len(), cases.len());
+        for (case, got) in cases.iter().zip(got) {
+            assert_eq!(got["hex"], case["hex"], "{}", case["name"]);
+        }
+    }
+
     #[test]
     fn a_batch_that_is_not_understood_is_an_error() {
         assert!(answer(b"3").is_err());
         assert!(answer(br#"{"keys":[{"profile":"loose","lines":[]}]}"#).is_err());
+        let http = |hex: &str| {
+            let case = json!({ "operation": "http:v1", "method": "POST", "path": "/",
+                "content_type": null, "body_hex": hex });
+            answer(
+                json!({ "http_fingerprints": [case] })
+                    .to_string()
+                    .as_bytes(),
+            )
+        };
+        assert!(http("7b7d").is_ok());
+        assert!(http("7b7").is_err());
+        assert!(http("zz").is_err());
+        assert!(http("é").is_err());
     }
 }

@@ -204,6 +204,32 @@ test('the shared vectors through the Worker build of the core give the native an
   orders.forEach((c, i) => assert.deepEqual(worker.orders[i], 'ok' in c ? { ok: c.ok } : { problem: c.problem }, c.name));
 });
 
+test('the HTTP fingerprint vectors through the Worker build of the core give the vectors\' hex', async () => {
+  // The Worker has no use for Fingerprint::of_http itself (it guards POST
+  // /orders and forwards the rest); the self-test route runs the core as built
+  // into the Worker on these vectors all the same. Bodies travel as hex.
+  const doc = JSON.parse(readFileSync(path.join(ROOT, 'core/vectors/http_fingerprints.json'), 'utf8'));
+  const cases = doc.cases;
+  assert.ok(cases.length > 0);
+  assert.equal(cases.length, doc.count);
+  const batch = JSON.stringify({
+    http_fingerprints: cases.map((c) => ({
+      operation: c.operation,
+      method: c.method,
+      path: c.path,
+      content_type: c.content_type,
+      body_hex: c.body_hex ?? Buffer.from(c.body, 'utf8').toString('hex'),
+    })),
+  });
+  const res = await send(stack.edge, { path: '/__edge/selftest', headers: [json], body: batch });
+  assert.equal(res.status, 200, res.body);
+  const worker = JSON.parse(res.body);
+  const native = JSON.parse(execFileSync(bin('selftest', 'examples'), { input: batch, encoding: 'utf8' }));
+  assert.deepEqual(worker, native);
+  assert.equal(worker.http_fingerprints.length, doc.count);
+  cases.forEach((c, i) => assert.deepEqual(worker.http_fingerprints[i], { hex: c.hex }, c.name));
+});
+
 test('an unreachable origin is the core\'s 503 (retry with the same key); bad requests are still answered', async () => {
   const [edgePort, deadPort] = [await freePort(), await freePort()];
   const edge = start(path.join(EDGE_DIR, 'serve.sh'), [String(edgePort), `http://127.0.0.1:${deadPort}`], { EDGE_NO_BUILD: '1' });

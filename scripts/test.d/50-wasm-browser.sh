@@ -5,6 +5,10 @@
 # wasm-bindgen-cli at the Cargo.lock version), lints idemkey-wasm for wasm32,
 # builds wasm/pkg (the npm package @idemkey/client) and wasm/pkg-node
 # (wasm/build.sh, which also checks the 60 KiB gzipped budget), then runs:
+#   wasm/tests/core_vectors.rs      the core's lookup, replayed-header and HTTP
+#                                   fingerprint vectors through idemkey-core
+#                                   compiled to wasm32 (wasm-bindgen-test), in
+#                                   Node and in headless Chromium
 #   wasm/tests/vectors.test.mjs     shared vectors through the Node build
 #   wasm/tests/chromium.test.mjs    the same vectors in headless Chromium
 #   wasm/tests/client.test.mjs      IdempotentClient in Chromium with a scripted fetch
@@ -39,8 +43,15 @@ if ! cmp -s wasm/package-lock.json wasm/node_modules/.idemkey-lock.json ||
     cp wasm/package-lock.json wasm/node_modules/.idemkey-lock.json
 fi
 
-cargo clippy -p idemkey-wasm --target wasm32-unknown-unknown -- -D warnings
+cargo clippy -p idemkey-wasm --target wasm32-unknown-unknown --all-targets -- -D warnings
 wasm/build.sh
+# wasm/build.sh installed wasm-bindgen-cli, whose wasm-bindgen-test-runner runs
+# the wasm32 test binaries: in Node by default, in Chromium (through Debian's
+# chromedriver, headless) with WASM_BINDGEN_USE_BROWSER.
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
+cargo test -p idemkey-wasm --target wasm32-unknown-unknown --test core_vectors
+WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
+    cargo test -p idemkey-wasm --target wasm32-unknown-unknown --test core_vectors
 cargo build -p idemkey-server --bin idemkey-server
 export IDEMKEY_SERVER_BIN="$CARGO_TARGET_DIR/debug/idemkey-server"
 node --test --test-concurrency=1 wasm/tests/vectors.test.mjs wasm/tests/chromium.test.mjs \

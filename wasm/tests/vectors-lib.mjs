@@ -8,6 +8,9 @@
 // covered, because the browser package does not expose them: decisions.json
 // (the server decides) and problems.json (the server builds problems;
 // validateOrder's request-invalid bodies are checked byte for byte).
+// lookups.json, replay_headers.json and http_fingerprints.json run through
+// the core compiled to wasm32 instead (wasm/tests/core_vectors.rs), in Node
+// and Chromium, since the package does not export them either.
 
 /** Stable JSON with sorted members, for deep comparisons. */
 function canon(value) {
