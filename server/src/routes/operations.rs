@@ -68,7 +68,7 @@ fn key_from_segment(
     IdempotencyKey::parse(quoted.as_bytes(), profile)
 }
 
-/// Exactly the (percent-decoded) path segments [`key_from_segment`]
+/// Exactly the (percent-decoded) path segments `GET /operations/{key}`
 /// accepts under `profile`, as an anchored ECMA-262 regex for the published
 /// contract: a segment that starts with `"` is a field value as the header
 /// carries it (no leading whitespace: it starts with the quote); any other
