@@ -45,11 +45,21 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 base="http://127.0.0.1:$port"
 "$server_bin" serve --database-url "$database" --bind "127.0.0.1:$port" >"$work/server.log" 2>&1 &
 server_pid=$!
+ready=
 for _ in $(seq 100); do
-    curl -fsS "$base/readyz" >/dev/null 2>&1 && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log"; exit 1; }
+    if python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+        "$base/readyz" 2>/dev/null; then
+        ready=1
+        break
+    fi
+    kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.1
 done
+if [[ -z $ready ]]; then
+    echo "70-schemathesis.sh: the server did not become ready" >&2
+    cat "$work/server.log" >&2
+    exit 1
+fi
 
 status=0
 IDEMKEY_ST_TOKEN=$token "$venv/bin/st" --config-file scripts/test.d/schemathesis.toml \

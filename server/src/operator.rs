@@ -359,6 +359,19 @@ mod tests {
                 doc["x-idempotency"]["keySyntax"]["profile"],
                 profile.as_str()
             );
+            // The examples hold under every profile.
+            let parameter = &doc["components"]["parameters"]["IdempotencyKey"];
+            let header = regex::Regex::new(&profile.field_value_pattern()).unwrap();
+            assert!(
+                header.is_match(parameter["example"].as_str().unwrap()),
+                "{profile}"
+            );
+            let parameter = &doc["paths"]["/operations/{key}"]["get"]["parameters"][0];
+            let path = regex::Regex::new(&lookup_segment_pattern(profile)).unwrap();
+            assert!(
+                path.is_match(parameter["example"].as_str().unwrap()),
+                "{profile}"
+            );
         }
     }
 
