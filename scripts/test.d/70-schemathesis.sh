@@ -41,33 +41,49 @@ trap cleanup EXIT
 
 database="sqlite://$work/idemkey.db"
 token=$("$server_bin" account create schemathesis --database-url "$database" | tail -n 1)
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-base="http://127.0.0.1:$port"
-"$server_bin" serve --database-url "$database" --bind "127.0.0.1:$port" >"$work/server.log" 2>&1 &
-server_pid=$!
-ready=
-for _ in $(seq 100); do
-    if python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
-        "$base/readyz" 2>/dev/null; then
-        ready=1
-        break
-    fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-done
-if [[ -z $ready ]]; then
-    echo "70-schemathesis.sh: the server did not become ready" >&2
-    cat "$work/server.log" >&2
-    exit 1
-fi
 
-status=0
-IDEMKEY_ST_TOKEN=$token "$venv/bin/st" --config-file scripts/test.d/schemathesis.toml \
-    run "$base/openapi.json" \
-    --checks all --phases examples,coverage,fuzzing,stateful --workers 1 \
-    --no-color || status=$?
-if [[ $status -ne 0 ]]; then
-    echo "--- server log (last 40 lines) ---"
-    tail -n 40 "$work/server.log"
-fi
-exit "$status"
+# run_against PROFILE [ST OPTION...]: serves with that key profile (the
+# document states that profile's key rule) and runs Schemathesis on it.
+run_against() {
+    local profile=$1
+    shift
+    local port base ready= status=0
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    base="http://127.0.0.1:$port"
+    "$server_bin" serve --database-url "$database" --bind "127.0.0.1:$port" \
+        --key-profile "$profile" >"$work/server-$profile.log" 2>&1 &
+    server_pid=$!
+    for _ in $(seq 100); do
+        if python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+            "$base/readyz" 2>/dev/null; then
+            ready=1
+            break
+        fi
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [[ -z $ready ]]; then
+        echo "70-schemathesis.sh: the server ($profile) did not become ready" >&2
+        cat "$work/server-$profile.log" >&2
+        return 1
+    fi
+    echo "==== key profile $profile ===="
+    IDEMKEY_ST_TOKEN=$token "$venv/bin/st" --config-file scripts/test.d/schemathesis.toml \
+        run "$base/openapi.json" \
+        --checks all --phases examples,coverage,fuzzing,stateful --workers 1 \
+        --no-color "$@" || status=$?
+    if [[ $status -ne 0 ]]; then
+        echo "--- server log (last 40 lines) ---"
+        tail -n 40 "$work/server-$profile.log"
+    fi
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=
+    return "$status"
+}
+
+# The default profile with the configured number of examples; the other
+# two, whose key rules are simpler, with fewer.
+run_against lenient
+run_against strict --max-examples 30
+run_against uuid --max-examples 30
