@@ -68,7 +68,10 @@ run_against() {
         return 1
     fi
     echo "==== key profile $profile ===="
-    IDEMKEY_ST_TOKEN=$token "$venv/bin/st" --config-file scripts/test.d/schemathesis.toml \
+    # Nothing written into the work tree (Hypothesis's .hypothesis/, a
+    # __pycache__ beside the hooks), nothing carried between runs.
+    HYPOTHESIS_STORAGE_DIRECTORY="$work/hypothesis" PYTHONDONTWRITEBYTECODE=1 \
+        IDEMKEY_ST_TOKEN=$token "$venv/bin/st" --config-file scripts/test.d/schemathesis.toml \
         run "$base/openapi.json" \
         --checks all --phases examples,coverage,fuzzing,stateful --workers 1 \
         --no-color "$@" || status=$?
