@@ -47,6 +47,94 @@ impl KeyProfile {
     }
 }
 
+/// One character of an RFC 9651 sf-string (printable ASCII except `"` and
+/// `\`), or one of its two escapes `\"` and `\\`, as a regex. Hex escapes
+/// keep the pattern valid in ECMA-262 (JSON Schema), Python and Rust alike.
+const SF_STRING_CHAR: &str = r"(?:[\x20\x21\x23-\x5B\x5D-\x7E]|\x5C[\x22\x5C])";
+
+/// A key's characters as an sf-string: 1 to [`MAX_KEY_LEN`] of them.
+fn sf_key_string_pattern() -> String {
+    format!("\"{SF_STRING_CHAR}{{1,{MAX_KEY_LEN}}}\"")
+}
+
+/// A hyphenated UUID in any letter case (RFC 9562, section 4).
+const UUID_PATTERN: &str =
+    "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}";
+
+/// A bare key under `lenient`: visible ASCII except `"`, `,` and `;`.
+fn lenient_bare_pattern() -> String {
+    format!(r"[\x21\x23-\x2B\x2D-\x3A\x3C-\x7E]{{1,{MAX_KEY_LEN}}}")
+}
+
+/// RFC 9651 parameters (`;name=value`, section 3.1.2) as the `sfv` parser
+/// reads them: any number of them, each with any bare item as its value.
+fn sf_parameters_pattern() -> String {
+    let key = r"[a-z\x2A][a-z0-9_\x2D\x2E\x2A]*";
+    let base64 = "[A-Za-z0-9+/]";
+    let cont = "%[89ab][0-9a-f]";
+    // A display string holds escaped UTF-8: each `%xx` run must decode to
+    // valid UTF-8 (no overlong forms, no surrogates, at most U+10FFFF).
+    let utf8 = format!(
+        "%[0-7][0-9a-f]|%c[2-9a-f]{cont}|%d[0-9a-f]{cont}|%e0%[ab][0-9a-f]{cont}\
+         |%e[1-9a-c]{cont}{cont}|%ed%[89][0-9a-f]{cont}|%e[ef]{cont}{cont}\
+         |%f0%[9ab][0-9a-f]{cont}{cont}|%f[1-3]{cont}{cont}{cont}|%f4%8[0-9a-f]{cont}{cont}"
+    );
+    let bare_item = [
+        // Boolean.
+        r"\x3F[01]".to_owned(),
+        // String.
+        format!("\"{SF_STRING_CHAR}*\""),
+        // Byte sequence: base64, padding optional, never in the middle.
+        format!(":(?:{base64}{{4}})*(?:{base64}{{2}}(?:==?)?|{base64}{{3}}=?)?:"),
+        // Date (integer seconds).
+        "@-?[0-9]{1,15}".to_owned(),
+        // Display string.
+        format!(r#"%"(?:[\x20\x21\x23\x24\x26-\x7E]|{utf8})*""#),
+        // Token.
+        r"[A-Za-z\x2A][\x21\x23-\x27\x2A\x2B\x2D-\x3A\x41-\x5A\x5E-\x7A\x7C\x7E]*".to_owned(),
+        // Integer or decimal.
+        r"-?(?:[0-9]{1,15}|[0-9]{1,12}\x2E[0-9]{1,3})".to_owned(),
+    ]
+    .join("|");
+    format!("(?:;\\x20*{key}(?:=(?:{bare_item}))?)*")
+}
+
+impl KeyProfile {
+    /// The key sent as an sf-string, with parameters, as a regex without
+    /// anchors: every profile accepts this form (under `uuid` the string
+    /// must hold a UUID).
+    pub fn quoted_pattern(self) -> String {
+        let string = match self {
+            Self::Strict | Self::Lenient => sf_key_string_pattern(),
+            Self::Uuid => format!("\"{UUID_PATTERN}\""),
+        };
+        format!("{string}{}", sf_parameters_pattern())
+    }
+
+    /// The bare (unquoted) form this profile also accepts, as a regex
+    /// without anchors; `None` under `strict`.
+    pub fn bare_pattern(self) -> Option<String> {
+        match self {
+            Self::Strict => None,
+            Self::Lenient => Some(lenient_bare_pattern()),
+            Self::Uuid => Some(UUID_PATTERN.to_owned()),
+        }
+    }
+
+    /// Exactly the `Idempotency-Key` field values that
+    /// [`IdempotencyKey::parse`] accepts under this profile, as an anchored
+    /// ECMA-262 regex (also valid for Rust's `regex` and Python's `re`), so
+    /// the published contract (a JSON Schema `pattern`) can state the rule
+    /// the server enforces, length limit included, instead of a looser one.
+    pub fn field_value_pattern(self) -> String {
+        let item = match self.bare_pattern() {
+            Some(bare) => format!("{}|{bare}", self.quoted_pattern()),
+            None => self.quoted_pattern(),
+        };
+        format!(r"^[\x20\x09]*(?:{item})[\x20\x09]*$")
+    }
+}
+
 impl fmt::Display for KeyProfile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -17,6 +17,15 @@ pub const MAX_ORDER_BODY_BYTES: usize = 8 * 1024;
 /// Smallest and largest quantity of one order.
 pub const QUANTITY_RANGE: std::ops::RangeInclusive<u8> = 1..=20;
 
+/// Longest `sku`, in characters.
+pub const SKU_MAX_LEN: usize = 32;
+
+/// The `sku` rule as an anchored ECMA-262 regex (also valid for Rust's
+/// `regex` and Python's `re`), for the published contract: 1 to
+/// [`SKU_MAX_LEN`] characters of `A-Z`, `0-9` and `-`. A test checks it
+/// against the validation below.
+pub const SKU_PATTERN: &str = "^[A-Z0-9-]{1,32}$";
+
 /// A validated order request: exactly `{"sku": string matching
 /// ^[A-Z0-9-]{1,32}$, "quantity": integer 1..=20}`, no other members.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +37,7 @@ pub struct NewOrder {
 }
 
 fn is_valid_sku(sku: &str) -> bool {
-    (1..=32).contains(&sku.len())
+    (1..=SKU_MAX_LEN).contains(&sku.len())
         && sku
             .bytes()
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-')

@@ -5,7 +5,14 @@
 //!
 //! The OpenAPI 3.1 document is `server/openapi.json`, with the running
 //! configuration (key profile, replay window, tombstone TTL, expiry policy)
-//! filled into its `x-idempotency` member when it is served.
+//! filled into its `x-idempotency` member when it is served. Every
+//! constraint the server enforces on a request (the `Idempotency-Key`
+//! field's syntax and length under the running profile, the lookup path's
+//! key, the order body, `?limit=`) and the problem codes of each status are
+//! written into it from the core's constants and the routes' rules when it
+//! is built ([`openapi_document`]), so the published contract cannot be
+//! looser or stricter than the server; a test checks that the shipped file
+//! holds the same values for the default settings.
 
 use std::time::Duration;
 
@@ -15,11 +22,15 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
-use idemkey_core::{Problem, ProblemCode};
+use idemkey_core::{
+    KeyProfile, MAX_KEY_LEN, MAX_ORDER_BODY_BYTES, Problem, ProblemCode, QUANTITY_RANGE,
+    SKU_MAX_LEN, SKU_PATTERN,
+};
 use serde_json::{Value, json};
 use tracing::warn;
 
 use crate::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
+use crate::routes::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, lookup_segment_pattern};
 use crate::{AppState, Settings};
 
 /// The OpenAPI document as shipped, before the running values are filled in.
@@ -74,9 +85,12 @@ pub fn human_duration(d: Duration) -> String {
     format!("{secs}s")
 }
 
-/// The OpenAPI document with `settings` filled in.
+/// The OpenAPI document with `settings` filled in, and every request
+/// constraint written from the rule the server applies (see the module
+/// docs).
 pub fn openapi_document(settings: &Settings) -> Value {
     let mut doc: Value = serde_json::from_str(OPENAPI_TEMPLATE).unwrap_or_else(|_| json!({}));
+    write_constraints(&mut doc, settings.key_profile);
     let contract = &mut doc["x-idempotency"];
     contract["keySyntax"]["profile"] = json!(settings.key_profile.as_str());
     let retention = &mut contract["retention"];
@@ -86,6 +100,82 @@ pub fn openapi_document(settings: &Settings) -> Value {
     retention["tombstoneTtl"] = json!(human_duration(settings.tombstone_ttl));
     retention["expiryPolicy"] = json!(settings.expiry_policy.as_str());
     doc
+}
+
+/// The response components of problem documents, by HTTP status: each
+/// one's schema pins `status` and lists the codes the core sends with it.
+pub const PROBLEM_RESPONSES: [(&str, u16); 10] = [
+    ("BadRequest", 400),
+    ("Unauthorized", 401),
+    ("NotFound", 404),
+    ("MethodNotAllowed", 405),
+    ("InProgress", 409),
+    ("Expired", 410),
+    ("PayloadTooLarge", 413),
+    ("UnsupportedMediaType", 415),
+    ("KeyReused", 422),
+    ("Unavailable", 503),
+];
+
+/// Writes the request constraints and the problem codes per status into
+/// `doc` (the template), from the core's constants and the routes' rules.
+fn write_constraints(doc: &mut Value, profile: KeyProfile) {
+    let key = &mut doc["components"]["parameters"]["IdempotencyKey"];
+    key["schema"] = json!({
+        "type": "string",
+        "minLength": 1,
+        "pattern": profile.field_value_pattern(),
+    });
+    let lookup = &mut doc["paths"]["/operations/{key}"]["get"]["parameters"][0];
+    lookup["schema"] = json!({
+        "type": "string",
+        "minLength": 1,
+        "pattern": lookup_segment_pattern(profile),
+    });
+    doc["x-idempotency"]["keySyntax"]["maxLength"] = json!(MAX_KEY_LEN);
+
+    let order = &mut doc["components"]["schemas"]["NewOrder"]["properties"];
+    order["sku"] = json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": SKU_MAX_LEN,
+        "pattern": SKU_PATTERN,
+    });
+    order["quantity"] = json!({
+        "type": "integer",
+        "minimum": QUANTITY_RANGE.start(),
+        "maximum": QUANTITY_RANGE.end(),
+    });
+    doc["x-idempotency"]["outcomes"]["413"] = json!(format!(
+        "payload-too-large: the body is larger than {MAX_ORDER_BODY_BYTES} bytes."
+    ));
+
+    let limit = &mut doc["paths"]["/orders"]["get"]["parameters"][0];
+    limit["description"] = json!(format!(
+        "How many orders: a whole number of 1 or more, default {DEFAULT_LIST_LIMIT}; \
+         larger values list {MAX_LIST_LIMIT}, the most one page holds."
+    ));
+    limit["schema"] = json!({ "type": "integer", "minimum": 1, "default": DEFAULT_LIST_LIMIT });
+
+    for (name, status) in PROBLEM_RESPONSES {
+        let codes: Vec<&str> = ProblemCode::ALL
+            .iter()
+            .filter(|code| code.status() == status)
+            .map(|code| code.as_str())
+            .collect();
+        let response = &mut doc["components"]["responses"][name];
+        response["content"] = json!({
+            "application/problem+json": { "schema": {
+                "allOf": [
+                    { "$ref": "#/components/schemas/Problem" },
+                    { "properties": {
+                        "status": { "const": status },
+                        "code": { "enum": codes },
+                    } },
+                ],
+            } },
+        });
+    }
 }
 
 async fn openapi(State(state): State<AppState>) -> Response {
@@ -199,6 +289,111 @@ mod tests {
         assert_eq!(retention["tombstoneTtlSeconds"], 604_800);
         assert_eq!(retention["expiryPolicy"], "reject");
         assert_eq!(doc["x-idempotency"]["keySyntax"]["profile"], "lenient");
+    }
+
+    /// Every member of `expected` that `actual` lacks or holds differently,
+    /// as JSON pointers.
+    fn differences(expected: &Value, actual: &Value, at: String, out: &mut Vec<String>) {
+        match (expected, actual) {
+            (Value::Object(e), Value::Object(a)) => {
+                for (name, value) in e {
+                    let here = format!("{at}/{}", name.replace('~', "~0").replace('/', "~1"));
+                    match a.get(name) {
+                        Some(other) => differences(value, other, here, out),
+                        None => out.push(format!("{here}: missing in the file")),
+                    }
+                }
+                for name in a.keys().filter(|n| !e.contains_key(*n)) {
+                    out.push(format!("{at}/{name}: only in the file"));
+                }
+            }
+            (Value::Array(e), Value::Array(a)) if e.len() == a.len() => {
+                for (i, (e, a)) in e.iter().zip(a).enumerate() {
+                    differences(e, a, format!("{at}/{i}"), out);
+                }
+            }
+            _ if expected != actual => out.push(format!("{at}: the server writes {expected}")),
+            _ => {}
+        }
+    }
+
+    /// The shipped `server/openapi.json` holds what the server serves for
+    /// the default settings (apart from the values filled in from the
+    /// running configuration), so a constant changed in the core or the
+    /// routes without the file fails here.
+    #[test]
+    fn the_shipped_file_states_the_constraints_the_server_enforces() {
+        let file: Value = serde_json::from_str(OPENAPI_TEMPLATE).unwrap();
+        let mut served = file.clone();
+        write_constraints(&mut served, Settings::default().key_profile);
+        let mut drift = Vec::new();
+        differences(&served, &file, String::new(), &mut drift);
+        assert!(
+            drift.is_empty(),
+            "server/openapi.json is not what the server serves:\n{}",
+            drift.join("\n")
+        );
+        // The constants reach the document.
+        let doc = openapi_document(&Settings::default());
+        let quantity = &doc["components"]["schemas"]["NewOrder"]["properties"]["quantity"];
+        assert_eq!(quantity["minimum"], *QUANTITY_RANGE.start());
+        assert_eq!(quantity["maximum"], *QUANTITY_RANGE.end());
+        let sku = &doc["components"]["schemas"]["NewOrder"]["properties"]["sku"];
+        assert_eq!(sku["pattern"], SKU_PATTERN);
+        assert_eq!(doc["x-idempotency"]["keySyntax"]["maxLength"], MAX_KEY_LEN);
+    }
+
+    #[test]
+    fn each_profile_publishes_its_own_key_rule() {
+        for profile in KeyProfile::ALL {
+            let settings = Settings {
+                key_profile: profile,
+                ..Settings::default()
+            };
+            let doc = openapi_document(&settings);
+            let header = &doc["components"]["parameters"]["IdempotencyKey"]["schema"];
+            assert_eq!(header["pattern"], profile.field_value_pattern());
+            let segment = &doc["paths"]["/operations/{key}"]["get"]["parameters"][0]["schema"];
+            assert_eq!(segment["pattern"], lookup_segment_pattern(profile));
+            assert_eq!(
+                doc["x-idempotency"]["keySyntax"]["profile"],
+                profile.as_str()
+            );
+            // The examples hold under every profile.
+            let parameter = &doc["components"]["parameters"]["IdempotencyKey"];
+            let header = regex::Regex::new(&profile.field_value_pattern()).unwrap();
+            assert!(
+                header.is_match(parameter["example"].as_str().unwrap()),
+                "{profile}"
+            );
+            let parameter = &doc["paths"]["/operations/{key}"]["get"]["parameters"][0];
+            let path = regex::Regex::new(&lookup_segment_pattern(profile)).unwrap();
+            assert!(
+                path.is_match(parameter["example"].as_str().unwrap()),
+                "{profile}"
+            );
+        }
+    }
+
+    #[test]
+    fn problem_responses_list_the_codes_of_their_status() {
+        let doc = openapi_document(&Settings::default());
+        let mut listed = Vec::new();
+        for (name, status) in PROBLEM_RESPONSES {
+            let response = &doc["components"]["responses"][name];
+            assert!(response["description"].is_string(), "{name}");
+            let schema = &response["content"]["application/problem+json"]["schema"]["allOf"][1];
+            assert_eq!(schema["properties"]["status"]["const"], status, "{name}");
+            for code in schema["properties"]["code"]["enum"].as_array().unwrap() {
+                let code = ProblemCode::from_code(code.as_str().unwrap()).unwrap();
+                assert_eq!(code.status(), status, "{name}");
+                listed.push(code);
+            }
+        }
+        listed.sort();
+        let mut all = ProblemCode::ALL.to_vec();
+        all.sort();
+        assert_eq!(listed, all, "every code under exactly one response");
     }
 
     #[test]

@@ -34,6 +34,10 @@ impl Sqlite {
 }
 
 async fn sqlite_state() -> Sqlite {
+    sqlite_state_with(Settings::default()).await
+}
+
+async fn sqlite_state_with(settings: Settings) -> Sqlite {
     let dir = std::env::temp_dir().join(format!("idemkey-operator-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let url = format!("sqlite://{}", dir.join("idemkey.db").display());
@@ -42,7 +46,7 @@ async fn sqlite_state() -> Sqlite {
         .create_account("operator", hash_token(TOKEN))
         .await
         .unwrap();
-    let state = AppState::new(store, Settings::default());
+    let state = AppState::new(store, settings);
     Sqlite { dir, state }
 }
 
@@ -344,4 +348,176 @@ async fn postgres_readyz_and_pool_gauges() {
     let (response, body) = get(&state, "/readyz").await;
     assert_eq!(response.status(), 503, "{body}");
     assert!(body.contains(r#""code":"service-unavailable""#), "{body}");
+}
+
+/// Header values on the edges of the key grammar, for every profile.
+fn key_corpus() -> Vec<String> {
+    let max = idemkey_core::MAX_KEY_LEN;
+    let uuid = "8E03978E-40D5-43E8-BC93-6894A57F9324";
+    let mut corpus: Vec<String> = [
+        "abc-123",
+        "\"abc-123\"",
+        " \"abc-123\"\t",
+        "\"abc-123\";v=1;w;x=?0;y=:QUJD:;z=@1;d=%\"caf%c3%a9\";t=tok/en;n=-1.5",
+        "\"abc-123\" ;v=1",
+        "\"abc-123\";V=1",
+        "\"abc-123\";d=%\"%c3\"",
+        "abc;v=1",
+        "a,b",
+        "a\"b",
+        "\"a\\\"b\\\\c\"",
+        "\"a\\b\"",
+        "\"open",
+        "\"\"",
+        "\"caf\u{e9}\"",
+        uuid,
+        "8e03978e40d543e8bc936894a57f9324",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    corpus.push(format!("\"{uuid}\";v=1"));
+    corpus.push(format!("{{{uuid}}}"));
+    for len in [max - 1, max, max + 1] {
+        corpus.push("k".repeat(len));
+        corpus.push(format!("\"{}\"", "k".repeat(len)));
+        corpus.push(format!("\"{}\\\\\"", "k".repeat(len - 1)));
+    }
+    corpus
+}
+
+fn schema_regex(schema: &Value) -> regex::Regex {
+    regex::Regex::new(schema["pattern"].as_str().expect("a pattern")).unwrap()
+}
+
+fn percent_encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The published document against the routes themselves, for every key
+/// profile: a header value or lookup segment is refused with 400 exactly
+/// when the document's pattern refuses it, and the body and `?limit=`
+/// bounds it states are the ones the routes apply.
+#[tokio::test]
+async fn the_published_constraints_are_what_the_routes_enforce() {
+    let body = r#"{"sku":"LIBRO-TS","quantity":2}"#;
+    for profile in idemkey_core::KeyProfile::ALL {
+        let db = sqlite_state_with(Settings {
+            key_profile: profile,
+            ..Settings::default()
+        })
+        .await;
+        let state = &db.state;
+        let (_, text) = get(state, "/openapi.json").await;
+        let doc: Value = serde_json::from_str(&text).unwrap();
+
+        let header = schema_regex(&doc["components"]["parameters"]["IdempotencyKey"]["schema"]);
+        for value in key_corpus() {
+            // Non-ASCII goes out as the raw bytes a client would send.
+            let request = Request::post("/orders")
+                .header(
+                    "idempotency-key",
+                    axum::http::HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+                )
+                .header("content-type", "application/json")
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .body(Body::from(body))
+                .unwrap();
+            let (response, text) = send(state, request).await;
+            let refused = response.status() == 400;
+            assert_eq!(
+                !header.is_match(&value),
+                refused,
+                "{profile} key {value:?}: {} {text}",
+                response.status()
+            );
+            if refused {
+                assert!(
+                    text.contains(r#""code":"idempotency-key-invalid""#),
+                    "{text}"
+                );
+            }
+        }
+
+        let path = &doc["paths"]["/operations/{key}"]["get"]["parameters"][0]["schema"];
+        let segment = schema_regex(path);
+        for value in key_corpus() {
+            let request = Request::get(format!("/operations/{}", percent_encode(&value)))
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .body(Body::empty())
+                .unwrap();
+            let (response, text) = send(state, request).await;
+            let expected = if segment.is_match(&value) { 200 } else { 400 };
+            assert_eq!(
+                response.status(),
+                expected,
+                "{profile} lookup {value:?}: {text}"
+            );
+        }
+    }
+
+    // The order body's bounds, from the document.
+    let db = sqlite_state().await;
+    let state = &db.state;
+    let doc = idemkey_server::operator::openapi_document(&Settings::default());
+    let props = &doc["components"]["schemas"]["NewOrder"]["properties"];
+    let (min, max) = (
+        props["quantity"]["minimum"].as_u64().unwrap(),
+        props["quantity"]["maximum"].as_u64().unwrap(),
+    );
+    let longest = props["sku"]["maxLength"].as_u64().unwrap() as usize;
+    let sku = schema_regex(&props["sku"]);
+    let cases = [
+        ("A".to_owned(), min - 1, 400),
+        ("A".to_owned(), min, 201),
+        ("A".to_owned(), max, 201),
+        ("A".to_owned(), max + 1, 400),
+        ("A".repeat(longest), min, 201),
+        ("A".repeat(longest + 1), min, 400),
+        ("a".to_owned(), min, 400),
+    ];
+    for (i, (sku_value, quantity, status)) in cases.into_iter().enumerate() {
+        assert_eq!(
+            sku.is_match(&sku_value),
+            sku_value != "a" && sku_value.len() <= longest
+        );
+        let json = serde_json::json!({ "sku": sku_value, "quantity": quantity }).to_string();
+        let request = Request::post("/orders")
+            .header("idempotency-key", format!("\"bounds-{i}\""))
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(Body::from(json))
+            .unwrap();
+        let (response, text) = send(state, request).await;
+        assert_eq!(
+            response.status(),
+            status,
+            "{sku_value:?} x {quantity}: {text}"
+        );
+    }
+
+    // `?limit=`: the minimum, one below it, and a number of any size.
+    let limit = &doc["paths"]["/orders"]["get"]["parameters"][0]["schema"];
+    let minimum = limit["minimum"].as_u64().unwrap();
+    assert!(limit.get("maximum").is_none(), "any size is accepted");
+    for (value, status) in [
+        (minimum.to_string(), 200),
+        ((minimum - 1).to_string(), 400),
+        ("9".repeat(40), 200),
+    ] {
+        let request = Request::get(format!("/orders?limit={value}"))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(Body::empty())
+            .unwrap();
+        let (response, text) = send(state, request).await;
+        assert_eq!(response.status(), status, "limit={value}: {text}");
+    }
 }

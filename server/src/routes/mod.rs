@@ -17,7 +17,8 @@ use crate::problems::{ApiError, problem_response};
 mod operations;
 mod orders;
 
-pub use operations::lookup_path;
+pub use operations::{lookup_path, lookup_segment_pattern};
+pub use orders::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 
 /// The routes, without the outer layers that [`crate::app`] adds.
 pub fn router(state: AppState) -> Router {

@@ -7,7 +7,9 @@
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use idemkey_core::{IdempotencyKey, KeyError, LookupState, ORDER_OPERATION, Problem};
+use idemkey_core::{
+    IdempotencyKey, KeyError, KeyProfile, LookupState, MAX_KEY_LEN, ORDER_OPERATION, Problem,
+};
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use serde::Serialize;
 
@@ -64,6 +66,25 @@ fn key_from_segment(
     }
     quoted.push('"');
     IdempotencyKey::parse(quoted.as_bytes(), profile)
+}
+
+/// Exactly the (percent-decoded) path segments `GET /operations/{key}`
+/// accepts under `profile`, as an anchored ECMA-262 regex for the published
+/// contract: a segment that starts with `"` is a field value as the header
+/// carries it (no leading whitespace: it starts with the quote); any other
+/// segment is the key's characters, which must be those of an sf-string
+/// (printable ASCII, 1 to 255 of them) or, under `uuid`, a UUID.
+pub fn lookup_segment_pattern(profile: KeyProfile) -> String {
+    let characters = match profile {
+        KeyProfile::Uuid => profile.bare_pattern().unwrap_or_default(),
+        KeyProfile::Strict | KeyProfile::Lenient => {
+            format!(r"[\x20\x21\x23-\x7E][\x20-\x7E]{{0,{}}}", MAX_KEY_LEN - 1)
+        }
+    };
+    format!(
+        r"^(?:{}[\x20\x09]*|{characters})$",
+        profile.quoted_pattern()
+    )
 }
 
 #[derive(Serialize)]
@@ -138,6 +159,44 @@ mod tests {
                 .decode_utf8()
                 .unwrap();
             assert_eq!(key_from_segment(&decoded, KeyProfile::Strict).unwrap(), key);
+        }
+    }
+
+    #[test]
+    fn segment_pattern_is_the_segment_reader() {
+        let long = "k".repeat(MAX_KEY_LEN);
+        let over = "k".repeat(MAX_KEY_LEN + 1);
+        let uuid = "8E03978E-40D5-43E8-BC93-6894A57F9324";
+        let quoted_uuid = format!("\"{uuid}\";v=1 ");
+        let corpus = [
+            "abc-123",
+            " leading space",
+            "a\"b",
+            "a\\b",
+            "\"abc\"",
+            "\"abc\";v=1\t",
+            "\"abc",
+            "\"abc\"x",
+            " \"abc\"",
+            "caf\u{e9}",
+            "tab\there",
+            "",
+            long.as_str(),
+            over.as_str(),
+            uuid,
+            quoted_uuid.as_str(),
+            "8e03978e40d543e8bc936894a57f9324",
+        ];
+        for profile in KeyProfile::ALL {
+            let re = regex::Regex::new(&lookup_segment_pattern(profile)).unwrap();
+            for segment in corpus {
+                let read = key_from_segment(segment, profile);
+                assert_eq!(
+                    re.is_match(segment),
+                    read.is_ok(),
+                    "{profile} {segment:?}: {read:?}"
+                );
+            }
         }
     }
 

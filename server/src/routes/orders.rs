@@ -218,8 +218,9 @@ struct OrderList<'a> {
     orders: Vec<OrderBody<'a>>,
 }
 
-/// `?limit=N` (1 or more; capped at [`MAX_LIST_LIMIT`]); other query
-/// parameters are ignored.
+/// `?limit=N` (a whole number of 1 or more, of any size: a larger one than
+/// [`MAX_LIST_LIMIT`] is capped, as the published contract says, rather
+/// than refused when it overflows); other query parameters are ignored.
 fn list_limit(query: Option<&str>) -> Result<u32, Problem> {
     let Some(value) = query
         .unwrap_or_default()
@@ -228,7 +229,11 @@ fn list_limit(query: Option<&str>) -> Result<u32, Problem> {
     else {
         return Ok(DEFAULT_LIST_LIMIT);
     };
-    match value.parse::<u64>() {
+    let parsed = match value.parse::<u64>() {
+        Err(err) if *err.kind() == std::num::IntErrorKind::PosOverflow => Ok(u64::MAX),
+        other => other,
+    };
+    match parsed {
         Ok(n) if n >= 1 => Ok(u32::try_from(n).map_or(MAX_LIST_LIMIT, |n| n.min(MAX_LIST_LIMIT))),
         _ => Err(Problem::new(
             ProblemCode::RequestInvalid,
@@ -304,7 +309,16 @@ mod tests {
         assert_eq!(list_limit(Some("x=1&limit=3")), Ok(3));
         assert_eq!(list_limit(Some("limit=100000000000")), Ok(MAX_LIST_LIMIT));
         assert_eq!(list_limit(Some("limit=101")), Ok(MAX_LIST_LIMIT));
-        for bad in ["limit=0", "limit=-1", "limit=", "limit=two"] {
+        let huge = format!("limit={}", "9".repeat(40));
+        assert_eq!(list_limit(Some(&huge)), Ok(MAX_LIST_LIMIT));
+        for bad in [
+            "limit=0",
+            "limit=-1",
+            "limit=",
+            "limit=two",
+            "limit=1.5",
+            "limit=-99999999999999999999999",
+        ] {
             assert!(list_limit(Some(bad)).is_err(), "{bad}");
         }
     }
