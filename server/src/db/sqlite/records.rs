@@ -312,3 +312,44 @@ pub(super) fn read_from_row(row: &Row<'_>) -> rusqlite::Result<Read> {
         }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, ORDER_OPERATION};
+    use rusqlite::StatementStatus;
+
+    use super::*;
+    use crate::idempotency::{ClaimToken, Scope};
+
+    /// A replay claims (refused) and reads the same key again and again: the
+    /// cached statements must run as prepared, not be parsed and planned
+    /// anew after every bind (what SQLite does to a statement whose plan
+    /// looked at a bound value, unless the plan is declared stable).
+    #[test]
+    fn repeated_claims_and_reads_are_not_prepared_again() {
+        let conn = super::super::open_connection(Path::new(":memory:")).expect("open");
+        let records = SqliteRecords(&conn);
+        let key = RecordKey {
+            scope: Scope::new("tenant-a").expect("a scope"),
+            operation: ORDER_OPERATION,
+            key: IdempotencyKey::parse(b"\"k-1\"", KeyProfile::Strict).expect("a key"),
+        };
+        let claim = NewClaim {
+            token: ClaimToken(Uuid::from_u128(1)),
+            fingerprint: Fingerprint::from_bytes([7; 32]),
+            lease: Duration::from_secs(60),
+        };
+        assert!(matches!(records.claim_now(&key, &claim), Ok(Claimed::Won)));
+        for _ in 0..20 {
+            let again = records.claim_now(&key, &claim).expect("claim");
+            assert!(matches!(again, Claimed::Taken(Read { record: Some(_), .. })));
+        }
+        for sql in [CLAIM, READ] {
+            let stmt = conn.prepare_cached(sql).expect("cached");
+            assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
+            assert!(stmt.get_status(StatementStatus::Run) >= 20, "{sql}");
+        }
+    }
+}
