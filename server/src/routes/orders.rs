@@ -173,14 +173,20 @@ async fn create_order(
         Authed::Ok(outcome) => outcome,
     };
     let label = outcome.label();
-    info!(outcome = label, "POST /orders");
+    // One line per request: the access log's cost is paid once.
     let response = match outcome {
         Outcome::Executed { response, .. } => {
-            info!(order = %id, "order created");
+            info!(outcome = label, order = %id, "order created");
             after_commit(state, fault, &parts.extensions, response).await
         }
-        Outcome::Replayed(response) => response.to_response(true),
-        Outcome::Rejected { problem, .. } => problem_response(&problem),
+        Outcome::Replayed(response) => {
+            info!(outcome = label, "POST /orders");
+            response.to_response(true)
+        }
+        Outcome::Rejected { problem, .. } => {
+            info!(outcome = label, "POST /orders");
+            problem_response(&problem)
+        }
     };
     Ok((label, response))
 }
