@@ -493,3 +493,36 @@ pub async fn count_records(url: &str) -> i64 {
     let _ = task.await;
     n
 }
+
+/// How many idempotency records of the database at `url` are in flight (a
+/// claim not yet completed): how a test knows a request is under way.
+#[allow(dead_code)]
+pub async fn count_in_flight(url: &str) -> i64 {
+    let sql = "SELECT count(*) FROM idempotency_records WHERE status = 'in_flight'";
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let conn = rusqlite::Connection::open(path).expect("open sqlite");
+        conn.busy_timeout(Duration::from_secs(10))
+            .expect("busy timeout");
+        return conn.query_row(sql, [], |row| row.get(0)).expect("count");
+    }
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(connection);
+    let n = client.query_one(sql, &[]).await.expect("count").get(0);
+    drop(client);
+    let _ = task.await;
+    n
+}
+
+/// Waits until `done` says a state was reached, polling: tests sequence on
+/// what happened, never on how long it took. The minute is only a guard
+/// against hanging forever; reaching it fails the test.
+#[allow(dead_code)]
+pub async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let guard = Instant::now() + Duration::from_secs(60);
+    while !done().await {
+        assert!(Instant::now() < guard, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
