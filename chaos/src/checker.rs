@@ -480,11 +480,11 @@ fn push(v: &mut Vec<String>, message: String) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::driver::{Account, Attempt, OpHistory};
 
-    fn attempt(status: u16, body: &str) -> Attempt {
+    pub(crate) fn attempt(status: u16, body: &str) -> Attempt {
         Attempt {
             kind: AttemptKind::Post,
             server: 0,
@@ -501,7 +501,7 @@ mod tests {
         }
     }
 
-    fn history(attempts: Vec<Attempt>, acked: &str) -> History {
+    pub(crate) fn history(attempts: Vec<Attempt>, acked: &str) -> History {
         History {
             accounts: vec![Account {
                 id: "a".into(),
@@ -520,7 +520,7 @@ mod tests {
         }
     }
 
-    fn facts(orders: &[&str], record_points_to: &str) -> DbFacts {
+    pub(crate) fn facts(orders: &[&str], record_points_to: &str) -> DbFacts {
         DbFacts {
             records: vec![DbRecord {
                 account: "a".into(),

@@ -673,55 +673,18 @@ fn sqlite_kill(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::{DbOrder, DbRecord};
-    use crate::driver::{Attempt, AttemptKind, Final, OpHistory};
+    use crate::checker::tests::{attempt, facts, history};
 
-    /// One clean operation: answered 201, its order and record stored.
+    /// One operation answered 201 whose order and record are stored; with
+    /// `injected`, its send asked for that fault and got no answer.
     fn clean_run(injected: Option<&'static str>) -> (History, DbFacts) {
-        let attempt = Attempt {
-            kind: AttemptKind::Post,
-            server: 0,
-            incarnation: 1,
-            status: injected.is_none().then_some(201),
-            error: injected.map(|_| "connection closed".to_owned()),
-            timed_out: false,
-            body: r#"{"id":"o1"}"#.into(),
-            content_type: Some("application/json".into()),
-            retry_after: None,
-            replayed: false,
-            elapsed_ms: 1,
-            injected,
-        };
-        let history = History {
-            accounts: vec![Account {
-                id: "a".into(),
-                token: "t".into(),
-            }],
-            ops: vec![OpHistory {
-                account: 0,
-                key: "k".into(),
-                body: String::new(),
-                attempts: vec![attempt],
-                final_state: Final::Reconciled,
-                acked_order: None,
-                reconciled_order: Some("o1".into()),
-            }],
-            elapsed: Duration::ZERO,
-        };
-        let facts = DbFacts {
-            records: vec![DbRecord {
-                account: "a".into(),
-                operation: idemkey_core::ORDER_OPERATION.as_str().into(),
-                key: "k".into(),
-                status: "completed".into(),
-                resource_id: Some("o1".into()),
-            }],
-            orders: vec![DbOrder {
-                id: "o1".into(),
-                account: "a".into(),
-            }],
-        };
-        (history, facts)
+        let mut sent = attempt(201, r#"{"id":"o1"}"#);
+        if injected.is_some() {
+            sent.status = None;
+            sent.error = Some("connection closed".into());
+            sent.injected = injected;
+        }
+        (history(vec![sent], "o1"), facts(&["o1"], "o1"))
     }
 
     #[test]
