@@ -347,8 +347,15 @@ pub fn check(scenario: &str, seed: u64, history: &History, facts: &DbFacts) -> R
                 push(
                     &mut r.violations,
                     format!(
-                        "hang: no answer within the client timeout ({} ms) from server {} for key {}",
-                        a.elapsed_ms, a.server, op.key
+                        "hang: no answer within the client timeout ({} ms) from server {} \
+                         (process {}) for key {}{}",
+                        a.elapsed_ms,
+                        a.server,
+                        a.incarnation,
+                        op.key,
+                        a.injected
+                            .map(|f| format!(", a send that asked for {f}"))
+                            .unwrap_or_default()
                     ),
                 );
             }
