@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs one cargo-fuzz target for a while: scripts/fuzz.sh TARGET [SECONDS]
-# Seeds the corpus from the shared vectors, keeps any crasher under
+# Seeds the corpus from the shared vectors and the committed seeds
+# (fuzz/seeds/TARGET/, read only), keeps any crasher under
 # fuzz/regressions/TARGET/ (the regression test replays them), and prints
 # libFuzzer's final statistics (executions, corpus, crashes).
 set -euo pipefail
@@ -27,7 +28,7 @@ for seed in seeds:
 PY
 cd "$root/fuzz"
 status=0
-cargo +nightly fuzz run -O "$target" "$corpus" -- \
+cargo +nightly fuzz run -O "$target" "$corpus" "$root/fuzz/seeds/$target" -- \
   -max_total_time="$seconds" -artifact_prefix="$artifacts/" -print_final_stats=1 2>&1 \
   | tee "$cache/fuzz-$target.log" | grep -E "^(stat::|#[0-9]+ +DONE|==|SUMMARY|Done)" || status=$?
 shopt -s nullglob

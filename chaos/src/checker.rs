@@ -143,6 +143,10 @@ pub struct Report {
     pub lookups: usize,
     /// Faults injected, by kind.
     pub faults: BTreeMap<String, u64>,
+    /// Faults asked for that did not apply (e.g. a drop-after-commit on a
+    /// send answered 409, which committed nothing), by kind; not counted in
+    /// [`Report::faults`].
+    pub faults_not_applied: BTreeMap<String, u64>,
     /// Answers by status (`net` for none).
     pub statuses: BTreeMap<String, u64>,
     /// Final states of the operations.
@@ -218,6 +222,7 @@ impl Report {
                 "faults injected",
                 format!("{} ({})", self.total_faults(), join(&self.faults)),
             ),
+            ("faults not applied", join(&self.faults_not_applied)),
             ("duplicates", self.duplicates.to_string()),
             ("lost acks", self.lost_acks.to_string()),
             ("ops without order", self.without_order.to_string()),
@@ -319,8 +324,22 @@ pub fn check(scenario: &str, seed: u64, history: &History, facts: &DbFacts) -> R
             if a.kind == AttemptKind::Lookup {
                 r.lookups += 1;
             }
-            if let Some(f) = a.injected {
-                r.fault(f, 1);
+            if let Some(fault) = a.injected {
+                match a.status {
+                    // The response was lost: the fault happened.
+                    None => r.fault(fault, 1),
+                    // A first send of a fresh key answered 2xx: it committed
+                    // and the answer that should have been lost arrived.
+                    Some(s @ 200..=299) => push(
+                        &mut r.violations,
+                        format!(
+                            "{fault} send for key {} answered {s}: the fault did not fire",
+                            op.key
+                        ),
+                    ),
+                    // Nothing committed (409, 503): nothing to lose.
+                    Some(_) => *r.faults_not_applied.entry(fault.to_owned()).or_default() += 1,
+                }
             }
             r.max_latency_ms = r.max_latency_ms.max(a.elapsed_ms);
             if a.timed_out {
@@ -328,8 +347,15 @@ pub fn check(scenario: &str, seed: u64, history: &History, facts: &DbFacts) -> R
                 push(
                     &mut r.violations,
                     format!(
-                        "hang: no answer within the client timeout ({} ms) from server {} for key {}",
-                        a.elapsed_ms, a.server, op.key
+                        "hang: no answer within the client timeout ({} ms) from server {} \
+                         (process {}) for key {}{}",
+                        a.elapsed_ms,
+                        a.server,
+                        a.incarnation,
+                        op.key,
+                        a.injected
+                            .map(|f| format!(", a send that asked for {f}"))
+                            .unwrap_or_default()
                     ),
                 );
             }
@@ -461,11 +487,11 @@ fn push(v: &mut Vec<String>, message: String) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::driver::{Account, Attempt, OpHistory};
 
-    fn attempt(status: u16, body: &str) -> Attempt {
+    pub(crate) fn attempt(status: u16, body: &str) -> Attempt {
         Attempt {
             kind: AttemptKind::Post,
             server: 0,
@@ -482,7 +508,7 @@ mod tests {
         }
     }
 
-    fn history(attempts: Vec<Attempt>, acked: &str) -> History {
+    pub(crate) fn history(attempts: Vec<Attempt>, acked: &str) -> History {
         History {
             accounts: vec![Account {
                 id: "a".into(),
@@ -501,7 +527,7 @@ mod tests {
         }
     }
 
-    fn facts(orders: &[&str], record_points_to: &str) -> DbFacts {
+    pub(crate) fn facts(orders: &[&str], record_points_to: &str) -> DbFacts {
         DbFacts {
             records: vec![DbRecord {
                 account: "a".into(),
@@ -540,6 +566,34 @@ mod tests {
         let h = history(vec![attempt(201, r#"{"id":"o1"}"#)], "o1");
         let r = check("t", 0, &h, &facts(&["o2"], "o2"));
         assert_eq!(r.lost_acks, 1);
+    }
+
+    #[test]
+    fn a_lost_response_counts_only_when_no_answer_came() {
+        let mut lost = attempt(0, "");
+        lost.status = None;
+        lost.error = Some("connection closed".into());
+        lost.injected = Some("drop-after-commit");
+        let mut busy = attempt(409, "");
+        busy.injected = Some("drop-after-commit");
+        let h = history(vec![lost, busy, attempt(201, r#"{"id":"o1"}"#)], "o1");
+        let r = check("t", 0, &h, &facts(&["o1"], "o1"));
+        assert_eq!(r.faults.get("drop-after-commit"), Some(&1));
+        assert_eq!(r.faults_not_applied.get("drop-after-commit"), Some(&1));
+    }
+
+    #[test]
+    fn a_2xx_to_a_drop_after_commit_send_is_a_violation() {
+        let mut answered = attempt(201, r#"{"id":"o1"}"#);
+        answered.injected = Some("drop-after-commit");
+        let h = history(vec![answered], "o1");
+        let r = check("t", 0, &h, &facts(&["o1"], "o1"));
+        assert_eq!(r.total_faults(), 0);
+        assert!(
+            r.violations.iter().any(|v| v.contains("did not fire")),
+            "{:?}",
+            r.violations
+        );
     }
 
     #[test]

@@ -35,8 +35,9 @@ pub struct LoadConfig {
     pub attempt_timeout: Duration,
     /// How long one operation may take before the client gives up on it.
     pub op_deadline: Duration,
-    /// Share of sends that ask the server to drop the response after COMMIT
-    /// (`x-idemkey-test-fault: drop-after-commit`), a lost acknowledgement.
+    /// Share of operations whose first send asks the server to drop the
+    /// response after COMMIT (`x-idemkey-test-fault: drop-after-commit`), a
+    /// lost acknowledgement.
     pub lose_response_rate: f64,
     /// Seed of the clients' random choices.
     pub seed: u64,
@@ -95,7 +96,8 @@ pub struct Attempt {
     pub replayed: bool,
     /// Time to the answer (or the error).
     pub elapsed_ms: u64,
-    /// The fault this attempt asked the server for, if any.
+    /// The fault this attempt asked the server for, if any (the checker
+    /// counts it only when the attempt got no answer).
     pub injected: Option<&'static str>,
 }
 
@@ -261,8 +263,10 @@ async fn run_op(shared: &Shared, rng: &mut Rng) -> OpHistory {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let inject = rng
-                .chance(shared.cfg.lose_response_rate)
+            // Only the operation's first send: a fresh key cannot be
+            // replayed there, so a 2xx to it means the fault did not fire.
+            let first_send = round == 0 && attempt == 1;
+            let inject = (first_send && rng.chance(shared.cfg.lose_response_rate))
                 .then_some("drop-after-commit");
             let a = send(shared, rng, &op, AttemptKind::Post, inject).await;
             let outcome = match a.status {

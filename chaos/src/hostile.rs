@@ -503,12 +503,16 @@ pub fn run_skipping(size: Size, _seed: u64, dir: &Path, skip: &[&str]) -> Result
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let counts = || -> Result<String, String> {
-        pg.psql(
-            "chaos",
-            "SELECT (SELECT count(*) FROM orders) || '/' || (SELECT count(*) FROM idempotency_records)",
-        )
-        .map_err(|e| e.to_string())
+    // Orders and records; a failed read is a violation where it is used,
+    // never a value two failures could share.
+    let counts = || -> Result<(u64, u64), String> {
+        let out = pg
+            .psql(
+                "chaos",
+                "SELECT (SELECT count(*) FROM orders) || '/' || (SELECT count(*) FROM idempotency_records)",
+            )
+            .map_err(|e| format!("cannot count rows: {e}"))?;
+        parse_counts(&out).ok_or_else(|| format!("cannot count rows: psql said {out:?}"))
     };
     let mut report = Report::default();
     let started = Instant::now();
@@ -534,8 +538,16 @@ pub fn run_skipping(size: Size, _seed: u64, dir: &Path, skip: &[&str]) -> Result
                 .violations
                 .push(format!("warm-up order: {:?} {}", ok.status, ok.body));
         }
-        let rss_before = rss_kib(pid).unwrap_or(0);
+        let rss_before = rss_kib(pid);
+        if rss_before.is_none() {
+            report.violations.push(format!(
+                "cannot read the server's memory from /proc/{pid}/status"
+            ));
+        }
         let rows_before = counts();
+        if let Err(err) = &rows_before {
+            report.violations.push(format!("before the sweep: {err}"));
+        }
 
         // Slow clients, concurrently with the sweep: headers that never end,
         // and bodies that stop half-way and then trickle.
@@ -620,11 +632,12 @@ pub fn run_skipping(size: Size, _seed: u64, dir: &Path, skip: &[&str]) -> Result
             }
         }
         report.fault("hostile-requests", sent);
-        let after = counts();
-        if rows_before != after {
-            report.violations.push(format!(
-                "rejected requests stored rows: orders/records {rows_before:?} -> {after:?}"
-            ));
+        match (&rows_before, counts()) {
+            (_, Err(err)) => report.violations.push(format!("after the sweep: {err}")),
+            (Ok(before), Ok(after)) if *before != after => report.violations.push(format!(
+                "rejected requests stored rows: orders/records {before:?} -> {after:?}"
+            )),
+            _ => {}
         }
 
         // Accounts are isolated: Bob's replay of Alice's key is his own
@@ -693,12 +706,16 @@ pub fn run_skipping(size: Size, _seed: u64, dir: &Path, skip: &[&str]) -> Result
                 lookup.status, lookup.body
             ));
         }
-        if counts().ok() != rows_before.as_ref().ok().map(|c| bump(c, 3)) {
-            report.violations.push(format!(
-                "cross-account checks: rows {:?} -> {:?}",
-                rows_before,
-                counts()
-            ));
+        match (&rows_before, counts()) {
+            (_, Err(err)) => report
+                .violations
+                .push(format!("after the cross-account checks: {err}")),
+            (Ok(before), Ok(after)) if after != (before.0 + 3, before.1 + 3) => {
+                report.violations.push(format!(
+                    "cross-account checks: rows {before:?} -> {after:?}, not 3 more of each"
+                ));
+            }
+            _ => {}
         }
         report.fault("cross-account", 5);
 
@@ -741,14 +758,21 @@ pub fn run_skipping(size: Size, _seed: u64, dir: &Path, skip: &[&str]) -> Result
             ));
         }
 
-        let rss_after = rss_kib(pid).unwrap_or(0);
-        report.notes.push(format!(
-            "server RSS {rss_before} KiB before, {rss_after} KiB after"
-        ));
-        if rss_after > rss_before + 64 * 1024 {
-            report
-                .violations
-                .push(format!("RSS grew from {rss_before} to {rss_after} KiB"));
+        match (rss_before, rss_kib(pid)) {
+            (Some(before), Some(after)) => {
+                report
+                    .notes
+                    .push(format!("server RSS {before} KiB before, {after} KiB after"));
+                if after > before + 64 * 1024 {
+                    report
+                        .violations
+                        .push(format!("RSS grew from {before} to {after} KiB"));
+                }
+            }
+            (_, None) => report.violations.push(format!(
+                "cannot read the server's memory from /proc/{pid}/status after the sweep"
+            )),
+            (None, Some(_)) => {}
         }
         let fine = raw(
             port,
@@ -775,12 +799,28 @@ pub fn run_skipping(size: Size, _seed: u64, dir: &Path, skip: &[&str]) -> Result
     Ok(report)
 }
 
-/// "o/r" plus `n` to both counts.
-fn bump(counts: &str, n: u64) -> String {
-    let mut parts = counts.split('/').map(|p| p.parse::<u64>().unwrap_or(0) + n);
-    format!(
-        "{}/{}",
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0)
-    )
+/// "o/r" as two counts; `None` for anything else.
+fn parse_counts(out: &str) -> Option<(u64, u64)> {
+    let (orders, records) = out.trim().split_once('/')?;
+    Some((orders.parse().ok()?, records.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_counts;
+
+    #[test]
+    fn counts_parse_only_from_two_numbers() {
+        assert_eq!(parse_counts("3/4\n"), Some((3, 4)));
+        for bad in [
+            "",
+            "3",
+            "3/",
+            "/4",
+            "x/4",
+            "ERROR: relation \"orders\" does not exist",
+        ] {
+            assert_eq!(parse_counts(bad), None, "{bad:?}");
+        }
+    }
 }

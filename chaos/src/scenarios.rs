@@ -212,12 +212,17 @@ fn finish(history: &History, facts: Result<DbFacts, String>, tally: Tally) -> Re
     }
     report.notes.extend(tally.notes);
     report.violations.extend(tally.violations);
+    require_faults(&mut report);
+    report
+}
+
+/// A run in which no fault happened proved nothing: a violation.
+fn require_faults(report: &mut Report) {
     if report.total_faults() == 0 {
         report
             .violations
             .push("no fault was injected: the scenario proved nothing".into());
     }
-    report
 }
 
 fn load_config(size: Size, seed: u64) -> LoadConfig {
@@ -276,8 +281,10 @@ fn kill9(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
                 break;
             }
             let victim = rng.range(0, servers.len() as u64 - 1) as usize;
-            if servers.kill9(victim).is_ok() {
-                t.add("kill-9");
+            match servers.kill9(victim) {
+                Ok(true) => t.add("kill-9"),
+                Ok(false) => {}
+                Err(err) => t.violations.push(format!("kill -9 failed: {err}")),
             }
             thread::sleep(Duration::from_millis(rng.range(0, 400)));
             if let Err(err) = servers.spawn(victim) {
@@ -353,8 +360,10 @@ fn clock_skew(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
             // The skewed server comes back with the other offset.
             let offset = if round % 2 == 0 { "-3h" } else { "+2h" };
             servers.set_env(1, skewed(offset));
-            if servers.kill9(1).is_ok() {
-                t.add("clock-offset");
+            match servers.kill9(1) {
+                Ok(true) => t.add("clock-offset"),
+                Ok(false) => {}
+                Err(err) => t.violations.push(format!("kill -9 failed: {err}")),
             }
             if let Err(err) = servers.spawn(1) {
                 t.violations.push(format!("restart failed: {err}"));
@@ -642,8 +651,10 @@ fn sqlite_kill(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
                 break;
             }
             let victim = rng.range(0, servers.len() as u64 - 1) as usize;
-            if servers.kill9(victim).is_ok() {
-                t.add("kill-9");
+            match servers.kill9(victim) {
+                Ok(true) => t.add("kill-9"),
+                Ok(false) => {}
+                Err(err) => t.violations.push(format!("kill -9 failed: {err}")),
             }
             thread::sleep(Duration::from_millis(rng.range(0, 300)));
             if let Err(err) = servers.spawn(victim) {
@@ -657,4 +668,51 @@ fn sqlite_kill(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     });
     drop(servers);
     Ok(finish(&history, sqlite_facts(&file), tally))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::tests::{attempt, facts, history};
+
+    /// One operation answered 201 whose order and record are stored; with
+    /// `injected`, its send asked for that fault and got no answer.
+    fn clean_run(injected: Option<&'static str>) -> (History, DbFacts) {
+        let mut sent = attempt(201, r#"{"id":"o1"}"#);
+        if injected.is_some() {
+            sent.status = None;
+            sent.error = Some("connection closed".into());
+            sent.injected = injected;
+        }
+        (history(vec![sent], "o1"), facts(&["o1"], "o1"))
+    }
+
+    #[test]
+    fn a_run_without_faults_fails() {
+        let (history, facts) = clean_run(None);
+        let report = finish(&history, Ok(facts), Tally::default());
+        assert!(!report.ok());
+        assert_eq!(
+            report.violations,
+            ["no fault was injected: the scenario proved nothing"]
+        );
+    }
+
+    #[test]
+    fn a_fault_that_happened_counts_and_passes() {
+        let (history, facts) = clean_run(Some("drop-after-commit"));
+        let report = finish(&history, Ok(facts.clone()), Tally::default());
+        assert!(report.ok(), "{:?}", report.violations);
+        let (history, _) = clean_run(None);
+        let mut tally = Tally::default();
+        tally.add("kill-9");
+        assert!(finish(&history, Ok(facts), tally).ok());
+    }
+
+    #[test]
+    fn an_unreadable_database_fails() {
+        let (history, _) = clean_run(Some("drop-after-commit"));
+        let report = finish(&history, Err("connection refused".into()), Tally::default());
+        assert!(report.violations[0].contains("cannot read the database"));
+    }
 }

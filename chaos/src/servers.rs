@@ -240,13 +240,21 @@ impl ServerSet {
         self.envs[i] = env;
     }
 
-    /// SIGKILL for slot `i`'s process (and reaps it).
-    pub fn kill9(&mut self, i: usize) -> io::Result<()> {
-        if let Some(mut child) = self.slots[i].child.take() {
-            child.kill()?;
-            child.wait()?;
+    /// SIGKILL for slot `i`'s process (and reaps it). `Ok(true)` only when
+    /// a live process died: a slot with no process, or one whose process had
+    /// already exited on its own, is no kill (and is counted as an
+    /// unexpected exit).
+    pub fn kill9(&mut self, i: usize) -> io::Result<bool> {
+        let Some(mut child) = self.slots[i].child.take() else {
+            return Ok(false);
+        };
+        if child.try_wait()?.is_some() {
+            self.unexpected_exits += 1;
+            return Ok(false);
         }
-        Ok(())
+        child.kill()?;
+        child.wait()?;
+        Ok(true)
     }
 
     /// Restarts every process that exited on its own; returns how many.

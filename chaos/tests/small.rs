@@ -1,5 +1,10 @@
 //! The small size of every scenario that can run here, so the workspace's
-//! test command covers the suite. Each test prints its table.
+//! test command covers the suite. Each test prints its seed first and its
+//! table last; `IDEMKEY_CHAOS_SEED=N` runs every scenario with seed `N`
+//! (as `idemkey-chaos --seed N SCENARIO` does), replaying the random choices
+//! of a failed run. Nextest runs these one at a time and never retries them
+//! (`.config/nextest.toml`): a retry would draw a new seed and could hide a
+//! violation.
 
 use idemkey_chaos::Size;
 use idemkey_chaos::scenarios::run_skipping;
@@ -9,9 +14,18 @@ fn small(name: &str) {
 }
 
 fn small_skipping(name: &str, skip: &[&str]) {
-    let seed = idemkey_chaos::rng::Rng::fresh_seed();
-    let report =
-        run_skipping(name, Size::Small, seed, skip).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let seed = match std::env::var("IDEMKEY_CHAOS_SEED") {
+        Ok(seed) => seed
+            .parse()
+            .unwrap_or_else(|_| panic!("IDEMKEY_CHAOS_SEED={seed:?} is not a u64")),
+        Err(_) => idemkey_chaos::rng::Rng::fresh_seed(),
+    };
+    let replay = format!(
+        "replay with IDEMKEY_CHAOS_SEED={seed} or `cargo run -p idemkey-chaos -- --seed {seed} {name}`"
+    );
+    eprintln!("{name}: seed {seed} ({replay})");
+    let report = run_skipping(name, Size::Small, seed, skip)
+        .unwrap_or_else(|e| panic!("{name} (seed {seed}) could not run: {e}\n{replay}"));
     println!("{}", report.table());
     assert!(
         report.pending.is_none(),
@@ -20,7 +34,7 @@ fn small_skipping(name: &str, skip: &[&str]) {
     );
     assert!(
         report.ok(),
-        "{name} failed (seed {seed}):\n{}",
+        "{name} failed (seed {seed}):\n{}\n{replay}",
         report.table()
     );
 }

@@ -6,8 +6,11 @@ fingerprints) as JSON files beside this script.
 This is a second, independent statement of the contract: the expected values
 below are written by hand (or computed here with Python's own json and
 hashlib), never produced by the Rust code under test. The Rust, wasm and JS
-tests all read the JSON files; `generate.py --check` fails when the files are
-out of date with this script.
+tests all read the JSON files (README.md says which reads which);
+`generate.py --check` (a step of scripts/test.sh) fails when the files are out
+of date with this script, when a list is shorter than its minimum, or when a
+JSON file here is not one this script writes. minimums.json carries the
+minimums to every reader.
 """
 
 import base64
@@ -617,11 +620,63 @@ FILES = {
 }
 
 
+# The fewest cases each file (and each list in it) may hold. Every runtime
+# that reads a file checks it ran at least this many (minimums.json), so a
+# file emptied by hand, or a generator that lost cases, fails everywhere.
+MINIMUMS = {
+    "keys.json": {"cases": 126},
+    "fingerprints.json": {"cases": 18},
+    "decisions.json": {"cases": 22},
+    "lookups.json": {"cases": 12},
+    "replay_headers.json": {"cases": 30},
+    "http_fingerprints.json": {"cases": 36},
+    "retry.json": {"cases": 19},
+    "problems.json": {"codes": 12, "bodies": 8},
+    "orders.json": {"cases": 13},
+    "unknown.json": {"cases": 10},
+}
+
+
+def minimums():
+    return {
+        "description": "The fewest entries each vector file's lists may hold; every reader checks it ran at least these.",
+        "files": MINIMUMS,
+    }
+
+
+def short_lists(name, doc):
+    """The lists of `doc` shorter than their minimum, as messages."""
+    return [
+        f"{name}: {key} has {len(doc.get(key, []))} entries, fewer than {least}"
+        for key, least in MINIMUMS[name].items()
+        if len(doc.get(key, [])) < least
+    ]
+
+
 def main():
     check = "--check" in sys.argv[1:]
     stale = []
+    missing = sorted(set(FILES) ^ set(MINIMUMS))
+    if missing:
+        print("vector files without a minimum, or minimums without a file:", ", ".join(missing))
+        sys.exit(1)
+    short = []
+    outputs = {}
     for name, build in FILES.items():
-        text = json.dumps(build(), indent=1, ensure_ascii=False) + "\n"
+        doc = build()
+        short += short_lists(name, doc)
+        outputs[name] = doc
+    if short:
+        print("vectors below their minimum case count:\n  " + "\n  ".join(short))
+        sys.exit(1)
+    outputs["minimums.json"] = minimums()
+    known = set(outputs)
+    strays = sorted(p.name for p in HERE.glob("*.json") if p.name not in known)
+    if strays:
+        print("JSON files generate.py does not write:", ", ".join(strays))
+        sys.exit(1)
+    for name, doc in outputs.items():
+        text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
         path = HERE / name
         if check:
             if not path.exists() or path.read_text(encoding="utf-8") != text:

@@ -154,9 +154,20 @@ pub fn answer(batch: &[u8]) -> Result<Value, String> {
 mod tests {
     use super::*;
 
-    fn vectors(name: &str) -> Value {
+    fn read(name: &str) -> Value {
         let path = format!("{}/../core/vectors/{name}", env!("CARGO_MANIFEST_DIR"));
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// A vector file, with at least the cases `minimums.json` sets for it.
+    fn vectors(name: &str) -> Value {
+        let doc = read(name);
+        let least = read("minimums.json")["files"][name]["cases"]
+            .as_u64()
+            .unwrap();
+        let len = doc["cases"].as_array().map_or(0, Vec::len) as u64;
+        assert!(len >= least, "{name}: {len} cases, fewer than {least}");
+        doc
     }
 
     /// The same batch the workerd test sends, answered natively: what the
@@ -174,6 +185,12 @@ mod tests {
             "orders": orders["cases"],
         });
         let got = answer(batch.to_string().as_bytes()).unwrap();
+        for (list, doc) in [("keys", &keys), ("fingerprints", &fps), ("orders", &orders)] {
+            assert_eq!(
+                got[list].as_array().map(Vec::len),
+                doc["cases"].as_array().map(Vec::len)
+            );
+        }
         for (case, got) in keys["cases"]
             .as_array()
             .unwrap()

@@ -185,6 +185,10 @@ test('the shared vectors through the Worker build of the core give the native an
   const keys = load('keys.json').cases;
   const fingerprints = load('fingerprints.json').cases;
   const orders = load('orders.json').cases;
+  const minimums = load('minimums.json').files;
+  for (const [name, cases] of [['keys.json', keys], ['fingerprints.json', fingerprints], ['orders.json', orders]]) {
+    assert.ok(cases.length >= minimums[name].cases, `${name}: ${cases.length} cases, fewer than the minimum ${minimums[name].cases}`);
+  }
   const batch = JSON.stringify({
     keys: keys.map(({ profile, lines }) => ({ profile, lines })),
     fingerprints: fingerprints.map(({ operation, payload }) => ({ operation, payload })),
@@ -210,7 +214,8 @@ test('the HTTP fingerprint vectors through the Worker build of the core give the
   // into the Worker on these vectors all the same. Bodies travel as hex.
   const doc = JSON.parse(readFileSync(path.join(ROOT, 'core/vectors/http_fingerprints.json'), 'utf8'));
   const cases = doc.cases;
-  assert.ok(cases.length > 0);
+  const least = JSON.parse(readFileSync(path.join(ROOT, 'core/vectors/minimums.json'), 'utf8')).files['http_fingerprints.json'].cases;
+  assert.ok(cases.length >= least, `${cases.length} cases, fewer than the minimum ${least}`);
   assert.equal(cases.length, doc.count);
   const batch = JSON.stringify({
     http_fingerprints: cases.map((c) => ({

@@ -198,8 +198,16 @@ impl ServeArgs {
     /// Checks what clap cannot: fault hooks need the explicit environment
     /// switch, and tombstones must outlive the replay window.
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_with(std::env::var(ALLOW_TEST_FAULTS_ENV).ok().as_deref())
+    }
+
+    /// [`ServeArgs::validate`] with `allow_test_faults` as the value of
+    /// `IDEMKEY_ALLOW_TEST_FAULTS` (`None`: unset).
+    fn validate_with(&self, allow_test_faults: Option<&str>) -> Result<(), String> {
+        #[cfg(not(feature = "test-faults"))]
+        let _ = allow_test_faults;
         #[cfg(feature = "test-faults")]
-        if self.test_faults && std::env::var(ALLOW_TEST_FAULTS_ENV).as_deref() != Ok("1") {
+        if self.test_faults && allow_test_faults != Some("1") {
             return Err(format!(
                 "--test-faults is for tests only and needs {ALLOW_TEST_FAULTS_ENV}=1"
             ));
@@ -256,8 +264,21 @@ mod tests {
         let Command::Serve(args) = cli.command else {
             panic!("serve")
         };
-        if std::env::var(ALLOW_TEST_FAULTS_ENV).is_err() {
-            assert!(args.validate().is_err());
+        for refused in [None, Some(""), Some("0"), Some("true")] {
+            let err = args.validate_with(refused).unwrap_err();
+            assert!(err.contains(ALLOW_TEST_FAULTS_ENV), "{refused:?}: {err}");
+        }
+        assert_eq!(args.validate_with(Some("1")), Ok(()));
+    }
+
+    #[test]
+    fn without_test_faults_the_switch_does_not_matter() {
+        let cli = Cli::try_parse_from(["idemkey-server", "serve"]).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("serve")
+        };
+        for allow in [None, Some("1")] {
+            assert_eq!(args.validate_with(allow), Ok(()), "{allow:?}");
         }
     }
 }

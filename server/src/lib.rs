@@ -164,8 +164,13 @@ impl AppState {
 /// The router: every route, the problem fallbacks and
 /// `Cache-Control: no-store` on every response.
 pub fn app(state: AppState) -> Router {
-    routes::router(state.clone())
-        .merge(operator::router(state.clone()))
+    let router = routes::router(state.clone()).merge(operator::router(state.clone()));
+    #[cfg(feature = "test-faults")]
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        faults::track,
+    ));
+    router
         .layer(axum::middleware::from_fn_with_state(state, metrics::record))
         .layer(axum::middleware::from_fn(telemetry::log_requests))
         .layer(axum::middleware::from_fn(request_id::assign))

@@ -1,6 +1,10 @@
 //! Many concurrent sends of one key, spread over two server processes on
 //! one database: exactly one order; every 201 identical; the rest 409
-//! problems with Retry-After.
+//! problems with Retry-After. The race is forced, not hoped for: every send
+//! asks for the `hold-before-commit` fault, which keeps the new order's
+//! transaction open before its commit, and the created answer's
+//! `x-idemkey-test-overlap` says how many other requests its process was
+//! serving at that moment (at least one, or the test tested no race).
 
 #[macro_use]
 mod common;
@@ -17,6 +21,7 @@ async fn send_concurrently(servers: &[&Server], token: &str, key: &str, n: usize
             .header("authorization", format!("Bearer {token}"))
             .header("idempotency-key", key)
             .header("content-type", "application/json")
+            .header("x-idemkey-test-fault", "hold-before-commit")
             .body(BODY);
         tasks.spawn(async move { Reply::from(request.send().await.expect("send")).await });
     }
@@ -26,7 +31,7 @@ async fn send_concurrently(servers: &[&Server], token: &str, key: &str, n: usize
 async fn one_key_sent_concurrently_creates_one_order(backend: Backend, n: usize) {
     let env = Env::new(backend);
     let token = env.account("shop");
-    let (a, b) = (env.serve(&[]), env.serve(&[]));
+    let (a, b) = (env.serve_with_faults(&[]), env.serve_with_faults(&[]));
     let key = new_key();
     let replies = send_concurrently(&[&a, &b], &token, &key, n).await;
     let created: Vec<_> = replies.iter().filter(|r| r.status == 201).collect();
@@ -44,14 +49,24 @@ async fn one_key_sent_concurrently_creates_one_order(backend: Backend, n: usize)
             other => panic!("unexpected {other}: {}", reply.body),
         }
     }
-    let fresh = replies
+    let fresh: Vec<_> = replies
         .iter()
         .filter(|r| r.status == 201 && r.header("idempotent-replayed").is_none())
-        .count();
-    assert_eq!(fresh, 1, "exactly one request executed");
+        .collect();
+    assert_eq!(fresh.len(), 1, "exactly one request executed");
+    let overlap: u64 = fresh[0]
+        .header("x-idemkey-test-overlap")
+        .expect("the executing request was held before its commit")
+        .parse()
+        .unwrap();
+    assert!(
+        overlap >= 1,
+        "no other request was in flight while the order was uncommitted"
+    );
     assert_eq!(env.counts(), (1, 1), "exactly one order");
     eprintln!(
-        "{n} concurrent sends: {} x 201 (1 new, {} replayed), {} x 409",
+        "{n} concurrent sends: {} x 201 (1 new, {} replayed), {} x 409; \
+         {overlap} others in flight in the creating process before its commit",
         created.len(),
         created.len() - 1,
         replies.len() - created.len()
@@ -74,9 +89,24 @@ async fn two_processes_starting_at_once_migrate_once(backend: Backend) {
         let b = s.spawn(|| env.serve(&[]));
         (a.join().unwrap(), b.join().unwrap())
     });
-    assert_eq!(
-        env.sql("SELECT count(*) FROM schema_migrations WHERE version = 1"),
-        "1"
+    // Each process logs every migration it applies: one applied them all,
+    // once each, and the other found nothing to do.
+    let applied = |s: &Server| {
+        s.log()
+            .lines()
+            .filter(|l| l.contains("applied") && l.contains("migration"))
+            .count()
+    };
+    let (by_a, by_b) = (applied(&a), applied(&b));
+    let recorded: usize = env
+        .sql("SELECT count(*) FROM schema_migrations")
+        .parse()
+        .unwrap();
+    assert!(recorded >= 1, "no migration recorded");
+    assert_eq!(by_a + by_b, recorded, "each migration applied once");
+    assert!(
+        by_a == 0 || by_b == 0,
+        "both processes applied migrations: {by_a} and {by_b}"
     );
     let token = env.account("shop");
     let key = new_key();

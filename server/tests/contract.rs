@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{BODY, Backend, Env, new_key};
+use common::{BODY, Backend, Env, age_records, eventually, new_key};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// Sends raw bytes and returns the status code of the answer.
@@ -275,14 +275,19 @@ async fn lookup_follows_a_key_through_its_retention(backend: Backend) {
         .json();
     assert_eq!(quoted["state"], "completed");
 
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    // The trim task's work, seen in the database (the window is 1 s on the
+    // database's clock; the tombstone lasts 3 s more).
+    eventually("the trim task made the record a tombstone", async || {
+        env.sql("SELECT status FROM idempotency_records") == "tombstone"
+    })
+    .await;
     let trimmed = env.sql(
         "SELECT status, CASE WHEN response_body IS NULL THEN 't' ELSE 'f' END, \
          CASE WHEN resource_id IS NOT NULL THEN 't' ELSE 'f' END FROM idempotency_records",
     );
     assert_eq!(
         trimmed, "tombstone|t|t",
-        "the trim task made it a tombstone"
+        "the tombstone keeps the order, not the response"
     );
     let expired = server.get(&token, &path).await.json();
     assert_eq!(
@@ -299,12 +304,10 @@ async fn lookup_follows_a_key_through_its_retention(backend: Backend) {
         .assert_problem(422, "idempotency-key-reused");
     assert_eq!(env.counts(), (1, 1));
 
-    tokio::time::sleep(Duration::from_millis(2000)).await;
-    assert_eq!(
-        env.count("idempotency_records"),
-        0,
-        "tombstone deleted after its retention"
-    );
+    eventually("the tombstone is deleted after its retention", async || {
+        env.count("idempotency_records") == 0
+    })
+    .await;
     assert_eq!(server.get(&token, &path).await.json()["state"], "unknown");
     assert_eq!(env.count("orders"), 1, "orders are never trimmed");
     // Another account sees nothing of this key.
@@ -320,7 +323,9 @@ async fn reexecute_policy_runs_the_request_anew_after_the_window(backend: Backen
     let server = env.serve(&["--replay-ttl", "1s", "--expiry-policy", "reexecute"]);
     let key = new_key();
     let first = server.post_order(&token, &key, BODY).await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(first.status, 201);
+    // Past the window on the database's clock, which decides it.
+    age_records(&env.url, Duration::from_secs(2)).await;
     let second = server.post_order(&token, &key, BODY).await;
     assert_eq!(second.status, 201);
     assert_eq!(second.header("idempotent-replayed"), None);
@@ -353,12 +358,16 @@ async fn lock_wait_over_the_timeout_answers_409_with_retry_after(backend: Backen
                  SELECT id::text, 'POST /orders:v1', '{bare}', sha256('x'), gen_random_uuid(),
                      'completed', 201, '{{}}', now(), now() + interval '1 day'
                  FROM accounts;
-                 SELECT pg_sleep(2);
+                 SELECT pg_sleep(5);
                  ROLLBACK;"
             ))
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The holder's uncommitted row is in place once it sleeps.
+    eventually("the holder holds the key's row", async || {
+        env.sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "1"
+    })
+    .await;
     let blocked = server.post_order(&token, &key, BODY).await;
     blocked.assert_problem(409, "idempotency-request-in-progress");
     assert_eq!(blocked.header("retry-after"), Some("1"));
@@ -497,18 +506,17 @@ async fn a_body_that_stops_half_way_is_answered_and_closed(backend: Backend) {
     let addr = server.base.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(head.as_bytes()).await.unwrap();
-    let started = std::time::Instant::now();
     let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))
+    // What happened is the assertion (answered 400 and closed); the minute
+    // only guards against hanging forever.
+    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut answer))
         .await
         .expect("the server closes the connection")
         .expect("read");
-    let waited = started.elapsed();
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
     assert!(answer.contains("request-invalid"), "{answer}");
     assert!(answer.contains("did not arrive in time"), "{answer}");
-    assert!(waited >= Duration::from_millis(250), "{waited:?}");
     assert_eq!(env.counts(), before);
     // The server goes on serving.
     let ok = server.post_order(&token, &new_key(), BODY).await;

@@ -46,6 +46,27 @@ struct Call {
     fingerprint: Fingerprint,
 }
 
+/// Sessions of the database at `url` inside a transaction with no
+/// statement running (a call between its claim and its commit).
+async fn open_transactions(url: &str) -> i64 {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(connection);
+    let n = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND state = 'idle in transaction'",
+            &[],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .get(0);
+    drop(client);
+    let _ = task.await;
+    n
+}
+
 async fn postgres() -> Env {
     let cluster = PgCluster::shared().expect("postgres");
     let database = cluster.fresh_database().expect("database");
@@ -394,7 +415,11 @@ async fn postgres_lock_timeout_is_409() {
             pay(&env, &s, options(), 500, false, Duration::from_millis(1500)).await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first call holds its claim in an open transaction.
+    common::eventually("the first call's transaction is open", async || {
+        open_transactions(&env.url).await >= 1
+    })
+    .await;
     let impatient = Options {
         lock_timeout: Some(Duration::from_millis(100)),
         ..options()

@@ -2,6 +2,7 @@
 // checked by the same code as in Node (vectors-lib.mjs).
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { launch, serveStatic } from "./browser.mjs";
 
@@ -27,7 +28,9 @@ test("shared vectors give the native answers in Chromium", async () => {
       const vectors = { keys: await load("keys"), fingerprints: await load("fingerprints"), retry: await load("retry"), unknown: await load("unknown"), orders: await load("orders") };
       const oneLine = keyCases(wasm, vectors.keys).length;
       const total = oneLine + vectors.fingerprints.cases.length + vectors.retry.cases.length + vectors.unknown.cases.length + vectors.orders.cases.length;
+      const counts = Object.fromEntries(Object.entries(vectors).map(([suite, doc]) => [suite, doc.cases.length]));
       return {
+        counts,
         results: runVectors(wasm, vectors),
         total,
         oneLine,
@@ -41,6 +44,15 @@ test("shared vectors give the native answers in Chromium", async () => {
     const failed = results.results.filter((r) => r.error);
     assert.deepEqual(failed, [], `failed in ${results.ua}`);
     assert.equal(results.results.length, results.total);
+    // Each file as the page fetched it holds at least its minimum, and every
+    // case of it ran (the key cases: every one-line case).
+    const minimums = JSON.parse(readFileSync(here("../../core/vectors/minimums.json"), "utf8")).files;
+    for (const [suite, count] of Object.entries(results.counts)) {
+      const least = minimums[`${suite}.json`].cases;
+      assert.ok(count >= least, `${suite}: ${count} cases, fewer than the minimum ${least}`);
+      const ran = results.results.filter((r) => r.suite === suite).length;
+      assert.equal(ran, suite === "keys" ? results.oneLine : count, `${suite}: cases run`);
+    }
     // The browser build leaves parseKeyLines out (feature field-lines): the
     // zero- and two-line key cases run in the Node build only.
     assert.equal(results.hasFieldLines, false);

@@ -19,11 +19,21 @@ const LOOKUPS: &str = include_str!("../../core/vectors/lookups.json");
 const REPLAY_HEADERS: &str = include_str!("../../core/vectors/replay_headers.json");
 const HTTP_FINGERPRINTS: &str = include_str!("../../core/vectors/http_fingerprints.json");
 
-/// A vector file and its cases; the file states how many there are.
-fn load(text: &str) -> (Value, usize) {
+const MINIMUMS: &str = include_str!("../../core/vectors/minimums.json");
+
+/// A vector file and its cases; the file states how many there are, at
+/// least the minimum `minimums.json` sets for `name`.
+fn load(name: &str, text: &str) -> (Value, usize) {
     let doc: Value = serde_json::from_str(text).expect("vector JSON");
     let count = doc["count"].as_u64().expect("a count") as usize;
-    assert!(count > 0, "a vector file without cases");
+    let minimums: Value = serde_json::from_str(MINIMUMS).expect("minimums JSON");
+    let least = minimums["files"][name]["cases"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no minimum for {name}")) as usize;
+    assert!(
+        count >= least && doc["cases"].as_array().map(Vec::len) == Some(count),
+        "{name}: {count} cases, fewer than the minimum {least} (or not as counted)"
+    );
     (doc, count)
 }
 
@@ -35,7 +45,7 @@ fn str_of<'a>(v: &'a Value, field: &str) -> &'a str {
 
 #[wasm_bindgen_test]
 fn lookup_vectors() {
-    let (doc, count) = load(LOOKUPS);
+    let (doc, count) = load("lookups.json", LOOKUPS);
     let op = OperationId::from_static("POST /x:v1");
     let a = Fingerprint::of_json(&op, "\"A\"").unwrap();
     let mut ran = 0;
@@ -69,7 +79,7 @@ fn lookup_vectors() {
 
 #[wasm_bindgen_test]
 fn replay_header_vectors() {
-    let (doc, count) = load(REPLAY_HEADERS);
+    let (doc, count) = load("replay_headers.json", REPLAY_HEADERS);
     assert_eq!(doc["default"], serde_json::json!(DEFAULT_REPLAY_HEADERS));
     assert_eq!(doc["never"], serde_json::json!(NEVER_REPLAYED_HEADERS));
     let mut ran = 0;
@@ -89,7 +99,7 @@ fn replay_header_vectors() {
 
 #[wasm_bindgen_test]
 fn http_fingerprint_vectors() {
-    let (doc, count) = load(HTTP_FINGERPRINTS);
+    let (doc, count) = load("http_fingerprints.json", HTTP_FINGERPRINTS);
     let mut ran = 0;
     for case in doc["cases"].as_array().unwrap() {
         let name = str_of(case, "name");

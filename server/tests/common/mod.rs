@@ -479,9 +479,25 @@ pub async fn age_records(url: &str, by: Duration) {
 
 /// How many idempotency records the database at `url` holds.
 pub async fn count_records(url: &str) -> i64 {
-    let sql = "SELECT count(*) FROM idempotency_records";
+    count(url, "SELECT count(*) FROM idempotency_records").await
+}
+
+/// How many idempotency records of the database at `url` are in flight (a
+/// claim not yet completed): how a test knows a request is under way.
+pub async fn count_in_flight(url: &str) -> i64 {
+    count(
+        url,
+        "SELECT count(*) FROM idempotency_records WHERE status = 'in_flight'",
+    )
+    .await
+}
+
+/// The one number `sql` selects from the database at `url`.
+async fn count(url: &str, sql: &str) -> i64 {
     if let Some(path) = url.strip_prefix("sqlite://") {
         let conn = rusqlite::Connection::open(path).expect("open sqlite");
+        conn.busy_timeout(Duration::from_secs(10))
+            .expect("busy timeout");
         return conn.query_row(sql, [], |row| row.get(0)).expect("count");
     }
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -492,4 +508,15 @@ pub async fn count_records(url: &str) -> i64 {
     drop(client);
     let _ = task.await;
     n
+}
+
+/// Waits until `done` says a state was reached, polling: tests sequence on
+/// what happened, never on how long it took. The minute is only a guard
+/// against hanging forever; reaching it fails the test.
+pub async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let guard = Instant::now() + Duration::from_secs(60);
+    while !done().await {
+        assert!(Instant::now() < guard, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

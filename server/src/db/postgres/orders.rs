@@ -61,7 +61,24 @@ impl PgDb {
             &created_at,
             &status,
         ];
-        let rows = client.query(&stmt, &params).await.map_err(db_error)?;
+        let rows = match crate::faults::Hold::current() {
+            None => client.query(&stmt, &params).await.map_err(db_error)?,
+            // A test fault: the same statement, its transaction held open
+            // before the commit when it created the order.
+            Some(hold) => {
+                let tx = client.transaction().await.map_err(db_error)?;
+                let rows = tx.query(&stmt, &params).await.map_err(db_error)?;
+                if rows
+                    .first()
+                    .and_then(|r| r.try_get::<_, &str>("outcome").ok())
+                    == Some("created")
+                {
+                    hold.wait().await;
+                }
+                tx.commit().await.map_err(db_error)?;
+                rows
+            }
+        };
         let (account, read) = match rows.first() {
             Some(row) => match row.try_get::<_, &str>("outcome").map_err(db_error)? {
                 "created" => {

@@ -47,6 +47,7 @@ impl SqliteDb {
         policy: &Policy,
     ) -> Result<Authed<Outcome<()>>, StoreError> {
         let (draft, policy) = (draft.clone(), *policy);
+        let hold = crate::faults::Hold::current();
         self.with_conn(move |conn| {
             let Some(account) = account_of(conn, token)? else {
                 return Ok(Authed::Unauthorized);
@@ -68,6 +69,9 @@ impl SqliteDb {
                         ])
                     })
                     .map_err(sqlite_error)?;
+                if let Some(hold) = &hold {
+                    hold.wait_blocking();
+                }
                 Ok(Done {
                     response: draft.response.clone(),
                     resource: Some(draft.order.id.to_string()),
