@@ -185,31 +185,12 @@ fn drop_stops_the_server_and_removes_the_directory() {
     assert!(!root.exists(), "{} survived drop", root.display());
 }
 
-/// Not a test of its own: run by `watchdog_stops_an_abandoned_cluster` in a
-/// child process, which starts a cluster and exits without dropping it.
-#[test]
-#[ignore = "helper process for watchdog_stops_an_abandoned_cluster"]
-fn helper_abandon_cluster() {
-    let Some(out) = std::env::var_os("IDEMKEY_TESTKIT_HELPER_OUT") else {
-        return;
-    };
-    let pg = PgCluster::shared().unwrap();
-    let pid = postmaster_pid(pg.data_dir());
-    fs::write(out, format!("{pid}\n{}\n", pg.data_dir().display())).unwrap();
-    std::process::exit(0);
-}
-
 #[test]
 fn watchdog_stops_an_abandoned_cluster() {
     let out = std::env::temp_dir().join(format!("idemkey-testkit-helper-{}", std::process::id()));
-    let status = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "helper_abandon_cluster",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("IDEMKEY_TESTKIT_HELPER_OUT", &out)
+    // A process that starts a cluster and exits without stopping it.
+    let status = Command::new(env!("CARGO_BIN_EXE_idemkey-pg-abandon"))
+        .arg(&out)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status()

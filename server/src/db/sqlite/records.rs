@@ -344,7 +344,13 @@ mod tests {
         assert!(matches!(records.claim_now(&key, &claim), Ok(Claimed::Won)));
         for _ in 0..20 {
             let again = records.claim_now(&key, &claim).expect("claim");
-            assert!(matches!(again, Claimed::Taken(Read { record: Some(_), .. })));
+            assert!(matches!(
+                again,
+                Claimed::Taken(Read {
+                    record: Some(_),
+                    ..
+                })
+            ));
         }
         for sql in [CLAIM, READ] {
             let stmt = conn.prepare_cached(sql).expect("cached");
