@@ -448,6 +448,10 @@ pub fn new_key() -> String {
 /// decides leases and windows).
 pub async fn age_records(url: &str, by: Duration) {
     let ms = i64::try_from(by.as_millis()).expect("fits");
+    if idemkey_server::db::redis::is_redis_url(url) {
+        redis_on_masters(url, AGE_REDIS_RECORDS, ms).await;
+        return;
+    }
     if let Some(path) = url.strip_prefix("sqlite://") {
         let conn = rusqlite::Connection::open(path).expect("open sqlite");
         conn.busy_timeout(Duration::from_secs(10))
@@ -479,6 +483,9 @@ pub async fn age_records(url: &str, by: Duration) {
 
 /// How many idempotency records the database at `url` holds.
 pub async fn count_records(url: &str) -> i64 {
+    if idemkey_server::db::redis::is_redis_url(url) {
+        return redis_on_masters(url, COUNT_REDIS_RECORDS, 0).await;
+    }
     let sql = "SELECT count(*) FROM idempotency_records";
     if let Some(path) = url.strip_prefix("sqlite://") {
         let conn = rusqlite::Connection::open(path).expect("open sqlite");
@@ -492,4 +499,85 @@ pub async fn count_records(url: &str) -> i64 {
     drop(client);
     let _ = task.await;
     n
+}
+
+/// Moves every record of a Redis node back by ARGV[1] ms: its times and its
+/// expiry, as if that much time had passed on the node's clock. Answers how
+/// many records it moved.
+const AGE_REDIS_RECORDS: &str = r"
+local by = tonumber(ARGV[1])
+local keys = redis.call('KEYS', 'idemkey:*')
+for _, k in ipairs(keys) do
+  for _, f in ipairs({'created', 'lease_until', 'replay_until'}) do
+    local v = redis.call('HGET', k, f)
+    if v then redis.call('HSET', k, f, string.format('%.0f', tonumber(v) - by)) end
+  end
+  local at = redis.call('PEXPIRETIME', k)
+  if at > 0 then redis.call('PEXPIREAT', k, string.format('%.0f', at - by)) end
+end
+return #keys
+";
+
+/// How many records a Redis node holds.
+const COUNT_REDIS_RECORDS: &str = r"return #redis.call('KEYS', 'idemkey:*')";
+
+/// Runs a test script on every master of the Redis node or cluster at
+/// `url` (one connection per node: records live on the master owning their
+/// slot) and sums the answers.
+pub async fn redis_on_masters(url: &str, script: &str, arg: i64) -> i64 {
+    let nodes: Vec<String> = match url.strip_prefix("redis+cluster://") {
+        Some(seeds) => seeds.split(',').map(|s| format!("redis://{s}")).collect(),
+        None => vec![url.to_owned()],
+    };
+    let mut total = 0;
+    for node in nodes {
+        let client = redis::Client::open(node.as_str()).expect("redis url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to redis");
+        let role: Vec<redis::Value> = redis::cmd("ROLE")
+            .query_async(&mut conn)
+            .await
+            .expect("ROLE");
+        if role.first() != Some(&redis::Value::BulkString(b"master".to_vec())) {
+            continue;
+        }
+        let n: i64 = redis::Script::new(script)
+            .arg(arg)
+            .invoke_async(&mut conn)
+            .await
+            .expect("run the test script");
+        total += n;
+    }
+    total
+}
+
+/// A Redis store of one test's own: a node, or a 3-master cluster with a
+/// replica each. Killed when dropped.
+pub enum RedisStore {
+    /// One node.
+    Node(idemkey_testkit::RedisNode),
+    /// A cluster.
+    Cluster(idemkey_testkit::RedisCluster),
+}
+
+impl RedisStore {
+    /// A fresh node.
+    pub fn node() -> Self {
+        Self::Node(idemkey_testkit::RedisNode::start().expect("start redis-server"))
+    }
+
+    /// A fresh cluster of 3 masters and 3 replicas.
+    pub fn cluster() -> Self {
+        Self::Cluster(idemkey_testkit::RedisCluster::start(3, 1).expect("start a Redis Cluster"))
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        match self {
+            Self::Node(n) => n.url(),
+            Self::Cluster(c) => c.url(),
+        }
+    }
 }
