@@ -69,7 +69,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod redis;
 
-pub use redis::{RedisCluster, RedisNode};
+pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
 
 /// Where Debian's PostgreSQL 15 server binaries live; the first place looked
 /// at after `$IDEMKEY_PG_BIN`.

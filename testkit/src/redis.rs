@@ -206,6 +206,9 @@ impl RedisCluster {
                     &conf,
                     "--cluster-node-timeout",
                     "2000",
+                    // Replicas sync at once (the default waits 5 s).
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ];
                 if let Ok(node) = RedisNode::spawn(&dir, port, &args) {
                     started = Some(node);
@@ -239,14 +242,19 @@ impl RedisCluster {
     }
 
     /// Waits until every running node reports `cluster_state:ok` and agrees
-    /// that all 16384 slots are assigned.
+    /// that all 16384 slots are assigned, and every replica's link to its
+    /// master is up (so `WAIT` can be answered).
     pub fn wait_until_ok(&self, limit: Duration) -> io::Result<()> {
         let deadline = Instant::now() + limit;
         loop {
             let ok = self.nodes.iter().all(|n| {
-                cli(n.port, &["cluster", "info"]).is_ok_and(|info| {
+                let cluster_ok = cli(n.port, &["cluster", "info"]).is_ok_and(|info| {
                     info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
-                })
+                });
+                let synced = cli(n.port, &["info", "replication"]).is_ok_and(|info| {
+                    info.contains("role:master") || info.contains("master_link_status:up")
+                });
+                cluster_ok && synced
             });
             if ok {
                 return Ok(());

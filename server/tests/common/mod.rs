@@ -263,9 +263,19 @@ impl Server {
     }
 
     fn start_with(url: &str, extra: &[&str], faults: bool, env: &[(&str, String)]) -> Self {
+        Self::spawn(&["serve", "--database-url", url], extra, faults, env)
+    }
+
+    /// Starts `idemkey-server fixture` on a free port with these flags.
+    pub fn fixture(args: &[&str]) -> Self {
+        Self::spawn(&["fixture"], args, false, &[])
+    }
+
+    fn spawn(command: &[&str], extra: &[&str], faults: bool, env: &[(&str, String)]) -> Self {
         let mut cmd = Command::new(BIN);
         cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
-        cmd.args(["serve", "--database-url", url, "--bind", "127.0.0.1:0"])
+        cmd.args(command)
+            .args(["--bind", "127.0.0.1:0"])
             .args(extra)
             .env_remove("DATABASE_URL")
             .env("RUST_LOG", "info")
