@@ -128,6 +128,19 @@ print(" ".join(["component:" + c for c in t.get("components", [])] + ["target:" 
             return 1
         fi
     fi
+
+    # redis-server and redis-cli: the Redis store's tests start nodes and
+    # clusters of their own (idemkey-testkit).
+    if ! have redis-server || ! have redis-cli; then
+        if [[ $EUID -eq 0 ]] && have apt-get; then
+            apt-get update -qq
+            apt-get install -y -qq --no-install-recommends redis-server redis-tools
+        else
+            echo "redis-server or redis-cli not found: install Debian's redis-server and redis-tools" >&2
+            return 1
+        fi
+    fi
+    redis-server --version
 }
 
 # ---- (b)-(e) the workspace ----------------------------------------------
