@@ -228,6 +228,16 @@ impl RedisCluster {
         cli(nodes[0].port, &args)?;
         let cluster = Self { nodes };
         cluster.wait_until_ok(Duration::from_secs(30))?;
+        // Every replica attached and synced (a node not yet told to
+        // replicate still says it is a master).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let wanted = masters * replicas.parse::<usize>().unwrap_or(0);
+        while cluster.synced_replicas() < wanted {
+            if Instant::now() > deadline {
+                return Err(io::Error::other("the replicas did not sync"));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
         Ok(cluster)
     }
 
@@ -241,13 +251,13 @@ impl RedisCluster {
             .map_err(|e| io::Error::other(format!("the shared Redis Cluster failed to start: {e}")))
     }
 
-    /// Waits until every running node reports `cluster_state:ok` and agrees
+    /// Waits until every running node (killed ones are skipped) reports `cluster_state:ok` and agrees
     /// that all 16384 slots are assigned, and every replica's link to its
     /// master is up (so `WAIT` can be answered).
     pub fn wait_until_ok(&self, limit: Duration) -> io::Result<()> {
         let deadline = Instant::now() + limit;
         loop {
-            let ok = self.nodes.iter().all(|n| {
+            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
                 let cluster_ok = cli(n.port, &["cluster", "info"]).is_ok_and(|info| {
                     info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
                 });
@@ -264,6 +274,18 @@ impl RedisCluster {
             }
             thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// How many running replicas have their link to a master up.
+    pub fn synced_replicas(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .filter(|n| {
+                cli(n.port, &["info", "replication"])
+                    .is_ok_and(|info| info.contains("master_link_status:up"))
+            })
+            .count()
     }
 
     /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…` (every node a seed).
@@ -286,10 +308,11 @@ impl RedisCluster {
         &mut self.nodes
     }
 
-    /// The ports of the nodes that are masters now (`ROLE`).
+    /// The ports of the running nodes that are masters now (`ROLE`).
     pub fn master_ports(&self) -> Vec<u16> {
         self.nodes
             .iter()
+            .filter(|n| n.child.is_some())
             .filter(|n| {
                 cli(n.port, &["role"]).is_ok_and(|role| role.lines().next() == Some("master"))
             })

@@ -1,0 +1,176 @@
+//! `redis-failover`: load through two fixture processes on a Redis Cluster
+//! (3 masters, two replicas each) while a master is killed with SIGKILL and
+//! its replica promoted; handler executions are counted per logical
+//! operation. Run without and with `--redis-wait-replicas 1`.
+//!
+//! Figures, printed by each run and published in docs/reliability.md:
+//! - **duplicates**: handler executions beyond one per operation (every
+//!   operation is retried until it is acknowledged, so each ran at least
+//!   once);
+//! - **lost acknowledgements**: operations acknowledged with a fresh 2xx
+//!   whose key, sent again after the failover, runs the handler again
+//!   instead of replaying.
+//!
+//! Replication is asynchronous, so without `WAIT` both may be non-zero;
+//! with it, an acknowledged completion is on the replica that takes over,
+//! and none may be lost.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use idemkey_testkit::RedisCluster;
+use tokio::sync::Mutex;
+
+mod common;
+use common::Server;
+
+/// Operations per run, and clients sending them at once.
+const OPERATIONS: usize = 600;
+const CLIENTS: usize = 8;
+
+/// What a run measured.
+#[derive(Debug)]
+struct Figures {
+    operations: usize,
+    executions: u64,
+    duplicates: u64,
+    lost_acknowledgements: usize,
+    retries: usize,
+}
+
+async fn runs(server: &Server) -> u64 {
+    let json: serde_json::Value = server
+        .client
+        .get(format!("{}/counter", server.base))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    json["count"].as_u64().expect("a count")
+}
+
+/// Sends operation `op` until it is acknowledged (a 2xx): answers whether
+/// the acknowledgement was a fresh execution (not a replay), and how many
+/// retries it took.
+async fn until_acknowledged(fixtures: &[Server; 2], op: usize) -> (bool, usize) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut retries = 0;
+    loop {
+        let fixture = &fixtures[(op + retries) % 2];
+        let sent = fixture
+            .client
+            .post(format!("{}/echo", fixture.base))
+            .header("idempotency-key", format!("\"op-{op}\""))
+            .header("content-type", "application/json")
+            .body(format!(r#"{{"op":{op}}}"#))
+            .send()
+            .await;
+        if let Ok(response) = sent
+            && response.status().is_success()
+        {
+            let replayed = response.headers().get("idempotent-replayed").is_some();
+            return (!replayed, retries);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "operation {op} never acknowledged"
+        );
+        retries += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn failover(wait_replicas: &str) -> Figures {
+    // Two replicas per master: after the failover the promoted replica
+    // still has one, so `WAIT 1` can be met again.
+    let mut cluster = RedisCluster::start(3, 2).expect("start a Redis Cluster");
+    let url = cluster.url();
+    let args = [
+        "--database-url",
+        url.as_str(),
+        "--lease",
+        "2s",
+        "--redis-wait-replicas",
+        wait_replicas,
+    ];
+    let fixtures = Arc::new([Server::fixture(&args), Server::fixture(&args)]);
+    let next = Arc::new(AtomicUsize::new(0));
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let retries = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (fixtures, next) = (Arc::clone(&fixtures), Arc::clone(&next));
+            let (acknowledged, retries) = (Arc::clone(&acknowledged), Arc::clone(&retries));
+            tokio::spawn(async move {
+                loop {
+                    let op = next.fetch_add(1, Ordering::SeqCst);
+                    if op >= OPERATIONS {
+                        break;
+                    }
+                    let (fresh, tries) = until_acknowledged(&fixtures, op).await;
+                    retries.fetch_add(tries, Ordering::SeqCst);
+                    if fresh {
+                        acknowledged.lock().await.push(op);
+                    }
+                }
+            })
+        })
+        .collect();
+    // Kill the first master once a fifth of the operations have started.
+    while next.load(Ordering::SeqCst) < OPERATIONS / 5 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let victim = cluster.master_ports()[0];
+    let node = cluster
+        .nodes_mut()
+        .iter_mut()
+        .find(|n| n.port() == victim)
+        .expect("the master");
+    node.kill();
+    for client in clients {
+        client.await.expect("client");
+    }
+    cluster
+        .wait_until_ok(Duration::from_secs(60))
+        .expect("the replica took over");
+    let executions = runs(&fixtures[0]).await + runs(&fixtures[1]).await;
+    // Every acknowledged execution, sent again: a replay, or lost.
+    let mut lost = 0;
+    let mut lost_ops = Vec::new();
+    for &op in acknowledged.lock().await.iter() {
+        let (fresh, _) = until_acknowledged(&fixtures, op).await;
+        if fresh {
+            lost += 1;
+            lost_ops.push(op);
+        }
+    }
+    lost_ops.sort_unstable();
+    println!("re-executed after the failover: {lost_ops:?}");
+    let figures = Figures {
+        operations: OPERATIONS,
+        executions,
+        duplicates: executions.saturating_sub(OPERATIONS as u64),
+        lost_acknowledgements: lost,
+        retries: retries.load(Ordering::SeqCst),
+    };
+    println!("redis-failover, --redis-wait-replicas {wait_replicas}: {figures:?}");
+    figures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_failover_without_wait() {
+    let figures = failover("0").await;
+    // Every operation ran at least once; what asynchronous replication
+    // costs is measured, not assumed.
+    assert!(figures.executions >= OPERATIONS as u64, "{figures:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_failover_with_wait_loses_no_acknowledgement() {
+    let figures = failover("1").await;
+    assert!(figures.executions >= OPERATIONS as u64, "{figures:?}");
+    assert_eq!(figures.lost_acknowledgements, 0, "{figures:?}");
+}
