@@ -373,3 +373,65 @@ async fn waiting_for_each_masters_replica_acknowledges_and_replays() {
     }
     assert_eq!(handler_runs(&fixture).await, 20);
 }
+
+/// Two fixtures on one Redis node, one with its clock an hour ahead: it
+/// neither takes over the other's live claim nor re-executes a key inside
+/// its window, because Redis's clock (`TIME` in the scripts) decides both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixture_with_a_skewed_clock_runs_each_handler_once_on_redis() {
+    let node = RedisNode::start().expect("start redis-server");
+    let url = node.url();
+    let flags = [
+        "--database-url",
+        url.as_str(),
+        "--lease",
+        "30s",
+        "--replay-ttl",
+        "10m",
+        "--expiry-policy",
+        "reexecute",
+    ];
+    let on_time = Server::fixture(&flags);
+    let ahead = Server::fixture_skewed(&flags, "+1h");
+    let slow = {
+        let (client, base) = (on_time.client.clone(), on_time.base.clone());
+        tokio::spawn(async move {
+            client
+                .post(format!("{base}/slow?ms=1500"))
+                .header("idempotency-key", "\"skew-1\"")
+                .send()
+                .await
+                .expect("send")
+                .status()
+        })
+    };
+    // The slow request holds its claim for 1.5 s; its lease is 30 s.
+    while handler_runs(&on_time).await == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let post = |server: &Server, path: &str, key: &str| {
+        server
+            .client
+            .post(format!("{}{path}", server.base))
+            .header("idempotency-key", key)
+            .send()
+    };
+    let answer = post(&ahead, "/slow?ms=1500", "\"skew-1\"")
+        .await
+        .expect("send");
+    assert_eq!(answer.status(), 409, "a live claim is not taken over");
+    assert_eq!(slow.await.expect("join"), 200);
+    let replay = post(&ahead, "/slow?ms=1500", "\"skew-1\"")
+        .await
+        .expect("send");
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let first = post(&on_time, "/echo", "\"skew-2\"").await.expect("send");
+    assert_eq!(first.status(), 201);
+    let again = post(&ahead, "/echo", "\"skew-2\"").await.expect("send");
+    assert_eq!(
+        again.headers()["idempotent-replayed"],
+        "true",
+        "inside the window"
+    );
+    assert_eq!(handler_runs(&on_time).await + handler_runs(&ahead).await, 2);
+}

@@ -1,6 +1,7 @@
 //! `redis-failover`: load through two fixture processes on a Redis Cluster
-//! (3 masters, two replicas each) while a master is killed with SIGKILL and
-//! its replica promoted; handler executions are counted per logical
+//! (3 masters, two replicas each) while a master's replicas fall behind
+//! (SIGSTOP for 1 s, under operations with large responses), the master is
+//! killed with SIGKILL and one of them promoted; handler executions are counted per logical
 //! operation. Run without and with `--redis-wait-replicas 1`.
 //!
 //! Figures, printed by each run and published in docs/reliability.md:
@@ -16,7 +17,7 @@
 //! and none may be lost.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use idemkey_testkit::RedisCluster;
@@ -25,19 +26,26 @@ use tokio::sync::Mutex;
 mod common;
 use common::Server;
 
-/// Operations per run, and clients sending them at once.
-const OPERATIONS: usize = 600;
+/// Clients sending operations at once, each one after the other, from
+/// before the replicas fall behind until a second after the failover.
 const CLIENTS: usize = 8;
 
 /// What a run measured.
 #[derive(Debug)]
 struct Figures {
     operations: usize,
+    before_fault: usize,
     executions: u64,
     duplicates: u64,
     lost_acknowledgements: usize,
     retries: usize,
 }
+
+/// What operations started while the replicas lag ask for: a 256 KiB
+/// response, so the replication stream outgrows the sockets' buffers and
+/// stays in the master's memory (on loopback a small stream would sit in
+/// the frozen replica's receive buffer and survive the master).
+const HEAVY: &str = "/large?bytes=262144";
 
 async fn runs(server: &Server) -> u64 {
     let json: serde_json::Value = server
@@ -55,14 +63,14 @@ async fn runs(server: &Server) -> u64 {
 /// Sends operation `op` until it is acknowledged (a 2xx): answers whether
 /// the acknowledgement was a fresh execution (not a replay), and how many
 /// retries it took.
-async fn until_acknowledged(fixtures: &[Server; 2], op: usize) -> (bool, usize) {
+async fn until_acknowledged(fixtures: &[Server; 2], op: usize, path: &str) -> (bool, usize) {
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut retries = 0;
     loop {
         let fixture = &fixtures[(op + retries) % 2];
         let sent = fixture
             .client
-            .post(format!("{}/echo", fixture.base))
+            .post(format!("{}{path}", fixture.base))
             .header("idempotency-key", format!("\"op-{op}\""))
             .header("content-type", "application/json")
             .body(format!(r#"{{"op":{op}}}"#))
@@ -100,48 +108,78 @@ async fn failover(wait_replicas: &str) -> Figures {
     let next = Arc::new(AtomicUsize::new(0));
     let acknowledged = Arc::new(Mutex::new(Vec::new()));
     let retries = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let heavy = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
             let (fixtures, next) = (Arc::clone(&fixtures), Arc::clone(&next));
             let (acknowledged, retries) = (Arc::clone(&acknowledged), Arc::clone(&retries));
+            let (stop, heavy) = (Arc::clone(&stop), Arc::clone(&heavy));
             tokio::spawn(async move {
-                loop {
+                while !stop.load(Ordering::SeqCst) {
                     let op = next.fetch_add(1, Ordering::SeqCst);
-                    if op >= OPERATIONS {
-                        break;
-                    }
-                    let (fresh, tries) = until_acknowledged(&fixtures, op).await;
+                    let path = if heavy.load(Ordering::SeqCst) {
+                        HEAVY
+                    } else {
+                        "/echo"
+                    };
+                    let (fresh, tries) = until_acknowledged(&fixtures, op, path).await;
                     retries.fetch_add(tries, Ordering::SeqCst);
                     if fresh {
-                        acknowledged.lock().await.push(op);
+                        acknowledged.lock().await.push((op, path));
                     }
                 }
             })
         })
         .collect();
-    // Kill the first master once a fifth of the operations have started.
-    while next.load(Ordering::SeqCst) < OPERATIONS / 5 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // Half a second of load, then the fault.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before_fault = next.load(Ordering::SeqCst);
+    // Its replicas fall behind first (frozen for 1 s while the master
+    // goes on acknowledging), as a replica under load or across a slow
+    // link does; then the master dies and a replica that missed those
+    // writes is promoted.
     let victim = cluster.master_ports()[0];
+    let replicas: Vec<u16> = cluster
+        .replicas_of(victim)
+        .iter()
+        .map(|n| n.port())
+        .collect();
+    assert_eq!(replicas.len(), 2, "two replicas per master");
+    for node in cluster.replicas_of(victim) {
+        node.freeze().expect("freeze a replica");
+    }
+    heavy.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let node = cluster
         .nodes_mut()
         .iter_mut()
         .find(|n| n.port() == victim)
         .expect("the master");
     node.kill();
-    for client in clients {
-        client.await.expect("client");
+    heavy.store(false, Ordering::SeqCst);
+    for node in cluster
+        .nodes()
+        .iter()
+        .filter(|n| replicas.contains(&n.port()))
+    {
+        node.thaw().expect("thaw a replica");
     }
     cluster
         .wait_until_ok(Duration::from_secs(60))
         .expect("the replica took over");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        client.await.expect("client");
+    }
+    let operations = next.load(Ordering::SeqCst);
     let executions = runs(&fixtures[0]).await + runs(&fixtures[1]).await;
     // Every acknowledged execution, sent again: a replay, or lost.
     let mut lost = 0;
     let mut lost_ops = Vec::new();
-    for &op in acknowledged.lock().await.iter() {
-        let (fresh, _) = until_acknowledged(&fixtures, op).await;
+    for &(op, path) in acknowledged.lock().await.iter() {
+        let (fresh, _) = until_acknowledged(&fixtures, op, path).await;
         if fresh {
             lost += 1;
             lost_ops.push(op);
@@ -150,9 +188,10 @@ async fn failover(wait_replicas: &str) -> Figures {
     lost_ops.sort_unstable();
     println!("re-executed after the failover: {lost_ops:?}");
     let figures = Figures {
-        operations: OPERATIONS,
+        operations,
+        before_fault,
         executions,
-        duplicates: executions.saturating_sub(OPERATIONS as u64),
+        duplicates: executions.saturating_sub(operations as u64),
         lost_acknowledgements: lost,
         retries: retries.load(Ordering::SeqCst),
     };
@@ -165,12 +204,26 @@ async fn redis_failover_without_wait() {
     let figures = failover("0").await;
     // Every operation ran at least once; what asynchronous replication
     // costs is measured, not assumed.
-    assert!(figures.executions >= OPERATIONS as u64, "{figures:?}");
+    assert!(
+        figures.executions >= figures.operations as u64,
+        "{figures:?}"
+    );
+    assert!(
+        figures.operations > figures.before_fault,
+        "load ran through the fault"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failover_with_wait_loses_no_acknowledgement() {
     let figures = failover("1").await;
-    assert!(figures.executions >= OPERATIONS as u64, "{figures:?}");
+    assert!(
+        figures.executions >= figures.operations as u64,
+        "{figures:?}"
+    );
+    assert!(
+        figures.operations > figures.before_fault,
+        "load ran through the fault"
+    );
     assert_eq!(figures.lost_acknowledgements, 0, "{figures:?}");
 }

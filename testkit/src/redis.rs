@@ -156,6 +156,33 @@ impl RedisNode {
         cli(self.port, args)
     }
 
+    /// Stops the process (SIGSTOP) until [`RedisNode::thaw`]: a replica that
+    /// falls behind, a master that stops answering.
+    pub fn freeze(&self) -> io::Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Resumes a frozen process (SIGCONT).
+    pub fn thaw(&self) -> io::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> io::Result<()> {
+        let child = self
+            .child
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the node is not running"))?;
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("kill {signal} failed")))
+        }
+    }
+
     /// Kills the server with SIGKILL (a crash: nothing flushed).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -274,6 +301,16 @@ impl RedisCluster {
             }
             thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The running replicas of the master on `port`.
+    pub fn replicas_of(&self, port: u16) -> Vec<&RedisNode> {
+        let line = format!("master_port:{port}");
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .filter(|n| cli(n.port, &["info", "replication"]).is_ok_and(|i| i.contains(&line)))
+            .collect()
     }
 
     /// How many running replicas have their link to a master up.

@@ -271,6 +271,11 @@ impl Server {
         Self::spawn(&["fixture"], args, false, &[])
     }
 
+    /// A fixture whose own clock is off by `offset` (see [`skewed_clock`]).
+    pub fn fixture_skewed(args: &[&str], offset: &str) -> Self {
+        Self::spawn(&["fixture"], args, false, &skewed_clock(offset))
+    }
+
     fn spawn(command: &[&str], extra: &[&str], faults: bool, env: &[(&str, String)]) -> Self {
         let mut cmd = Command::new(BIN);
         cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));

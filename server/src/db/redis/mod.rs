@@ -23,8 +23,9 @@
 //! lose the last second. Replication is asynchronous: a failover may promote
 //! a replica that never received the claim or the completion, and a retry
 //! then runs the handler again. [`RedisSettings::wait_replicas`] sends
-//! `WAIT n timeout` after each claim and completion, so the request goes on
-//! only once `n` replicas hold the write; if they do not within the timeout
+//! `WAIT n timeout` after each claim and completion (pipelined with the
+//! script, on the same connection), so the request goes on only once `n`
+//! replicas hold the write; if they do not within the timeout
 //! the call fails (503), and the completion is not acknowledged.
 
 use std::time::Duration;
@@ -32,8 +33,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, RedisError, Value};
+use redis::{ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind};
 use sha2::{Digest, Sha256};
 
 use super::{AccountId, Authed, Order, OrderDraft, PoolStatus, StoreError, TokenHash};
@@ -191,50 +191,54 @@ impl RedisDb {
         &self.settings
     }
 
-    /// Runs `invocation` on the node that owns its key.
+    /// Runs `invocation` on the master that owns its key. With `durable`
+    /// and [`RedisSettings::wait_replicas`], `WAIT n timeout` follows in
+    /// the same pipeline, so it runs on the same connection to the same
+    /// master right after the script (a `WAIT` sent apart could be retried
+    /// on another node after a failover and count that node's replicas);
+    /// fewer replicas than `n` in time fail the call.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
+        durable: bool,
     ) -> Result<T, StoreError> {
-        let result = match self.conn.clone() {
-            Conn::Node(mut c) => invocation.invoke_async(&mut c).await,
-            Conn::Cluster(mut c) => invocation.invoke_async(&mut c).await,
-        };
-        result.map_err(|e| unavailable(&e))
-    }
-
-    /// With [`RedisSettings::wait_replicas`], waits until that many replicas
-    /// of the master owning `name` acknowledge the writes so far; fails
-    /// when fewer do within the timeout (the write is then not durable
-    /// enough to acknowledge).
-    async fn wait_for_replicas(&self, name: &[u8]) -> Result<(), StoreError> {
         let wanted = self.settings.wait_replicas;
-        if wanted == 0 {
-            return Ok(());
+        if !durable || wanted == 0 {
+            let result = match self.conn.clone() {
+                Conn::Node(mut c) => invocation.invoke_async(&mut c).await,
+                Conn::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+            };
+            return result.map_err(|e| unavailable(&e));
         }
         let timeout = u64::try_from(self.settings.wait_timeout.as_millis()).unwrap_or(u64::MAX);
-        let mut cmd = Cmd::new();
-        cmd.arg("WAIT").arg(wanted).arg(timeout.max(1));
-        let reply = match self.conn.clone() {
-            Conn::Node(mut c) => c.req_packed_command(&cmd).await,
-            Conn::Cluster(mut c) => {
-                let route = Route::with_key(name, SlotAddr::Master);
-                c.route_command(
-                    cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                )
-                .await
-            }
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(invocation)
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(timeout.max(1));
+        let mut result = self.query::<(T, i64)>(&pipe).await;
+        if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+            // Pipelines do not load scripts: load it, then send again.
+            let loaded = match self.conn.clone() {
+                Conn::Node(mut c) => invocation.load_async(&mut c).await,
+                Conn::Cluster(mut c) => invocation.load_async(&mut c).await,
+            };
+            loaded.map_err(|e| unavailable(&e))?;
+            result = self.query::<(T, i64)>(&pipe).await;
         }
-        .map_err(|e| unavailable(&e))?;
-        match reply {
-            Value::Int(n) if n >= i64::from(wanted) => Ok(()),
-            Value::Int(n) => Err(StoreError::Unavailable(format!(
-                "redis: WAIT: {n} of {wanted} replicas acknowledged the write in time"
-            ))),
-            other => Err(StoreError::Unavailable(format!(
-                "redis: WAIT answered {other:?}"
-            ))),
+        let (value, acknowledged) = result.map_err(|e| unavailable(&e))?;
+        if acknowledged < i64::from(wanted) {
+            return Err(StoreError::Unavailable(format!(
+                "redis: WAIT: {acknowledged} of {wanted} replicas acknowledged the write in time"
+            )));
+        }
+        Ok(value)
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, pipe: &Pipeline) -> RedisResult<T> {
+        match self.conn.clone() {
+            Conn::Node(mut c) => pipe.query_async(&mut c).await,
+            Conn::Cluster(mut c) => pipe.query_async(&mut c).await,
         }
     }
 

@@ -34,12 +34,13 @@ impl Records for RedisDb {
         let name = record_name(key);
         let reply: Vec<Vec<u8>> = self
             .invoke(
-                CLAIM
+                &CLAIM
                     .key(&name)
                     .arg(&claim.fingerprint.as_bytes()[..])
                     .arg(claim.token.0.to_string())
                     .arg(millis(claim.lease))
                     .arg(millis(self.settings.retention)),
+                true,
             )
             .await?;
         let (tag, rest) = reply
@@ -54,7 +55,6 @@ impl Records for RedisDb {
                 .as_ref()
                 .is_some_and(|r| r.token == claim.token && state_name(&r.stored) == "in_flight");
         if won {
-            self.wait_for_replicas(&name).await?;
             Ok(Claimed::Won)
         } else {
             Ok(Claimed::Taken(read))
@@ -62,7 +62,7 @@ impl Records for RedisDb {
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
-        let reply: Vec<Vec<u8>> = self.invoke(&READ.key(record_name(key))).await?;
+        let reply: Vec<Vec<u8>> = self.invoke(&READ.key(record_name(key)), false).await?;
         read_from_reply(&reply)
     }
 
@@ -75,7 +75,7 @@ impl Records for RedisDb {
         let name = record_name(key);
         let done: i64 = self
             .invoke(
-                TAKE_OVER
+                &TAKE_OVER
                     .key(&name)
                     .arg(&claim.fingerprint.as_bytes()[..])
                     .arg(claim.token.0.to_string())
@@ -83,11 +83,9 @@ impl Records for RedisDb {
                     .arg(millis(self.settings.retention))
                     .arg(previous.token.0.to_string())
                     .arg(state_name(&previous.stored)),
+                true,
             )
             .await?;
-        if done == 1 {
-            self.wait_for_replicas(&name).await?;
-        }
         Ok(done == 1)
     }
 
@@ -103,7 +101,7 @@ impl Records for RedisDb {
         let body = response.body.as_deref();
         let done: i64 = self
             .invoke(
-                COMPLETE
+                &COMPLETE
                     .key(&name)
                     .arg(token.0.to_string())
                     .arg(millis(replay_ttl))
@@ -114,17 +112,18 @@ impl Records for RedisDb {
                     .arg(body.unwrap_or_default())
                     .arg(if resource_id.is_some() { "1" } else { "0" })
                     .arg(resource_id.unwrap_or_default()),
+                true,
             )
             .await?;
-        if done == 1 {
-            self.wait_for_replicas(&name).await?;
-        }
         Ok(done == 1)
     }
 
     async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
         let done: i64 = self
-            .invoke(RELEASE.key(record_name(key)).arg(token.0.to_string()))
+            .invoke(
+                &RELEASE.key(record_name(key)).arg(token.0.to_string()),
+                false,
+            )
             .await?;
         Ok(done == 1)
     }
