@@ -204,7 +204,21 @@ async fn failover(wait_replicas: &str) -> Figures {
             .sum(),
         retries: retries.load(Ordering::SeqCst),
     };
-    println!("redis-failover, --redis-wait-replicas {wait_replicas}: {figures:?}");
+    let Figures {
+        operations,
+        before_fault,
+        executions,
+        duplicates,
+        lost_acknowledgements,
+        unconfirmed_completions,
+        retries,
+    } = &figures;
+    println!(
+        "redis-failover, --redis-wait-replicas {wait_replicas}: operations {operations} \
+         ({before_fault} before the fault), executions {executions}, duplicates {duplicates}, \
+         lost acknowledgements {lost_acknowledgements}, unconfirmed completions \
+         {unconfirmed_completions}, client retries {retries}"
+    );
     figures
 }
 

@@ -34,7 +34,7 @@ impl Records for RedisDb {
         let name = record_name(key);
         let reply: Vec<Vec<u8>> = self
             .invoke(
-                &CLAIM
+                CLAIM
                     .key(&name)
                     .arg(&claim.fingerprint.as_bytes()[..])
                     .arg(claim.token.0.to_string())
@@ -75,7 +75,7 @@ impl Records for RedisDb {
         let name = record_name(key);
         let done: i64 = self
             .invoke(
-                &TAKE_OVER
+                TAKE_OVER
                     .key(&name)
                     .arg(&claim.fingerprint.as_bytes()[..])
                     .arg(claim.token.0.to_string())
@@ -101,7 +101,7 @@ impl Records for RedisDb {
         let body = response.body.as_deref();
         let done: i64 = self
             .invoke(
-                &COMPLETE
+                COMPLETE
                     .key(&name)
                     .arg(token.0.to_string())
                     .arg(millis(replay_ttl))
@@ -121,7 +121,7 @@ impl Records for RedisDb {
     async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
         let done: i64 = self
             .invoke(
-                &RELEASE.key(record_name(key)).arg(token.0.to_string()),
+                RELEASE.key(record_name(key)).arg(token.0.to_string()),
                 false,
             )
             .await?;
