@@ -328,19 +328,6 @@ async fn post_echo(server: &Server, key: &str) -> (u16, String) {
     (status, response.text().await.expect("body"))
 }
 
-async fn handler_runs(server: &Server) -> u64 {
-    let json: serde_json::Value = server
-        .client
-        .get(format!("{}/counter", server.base))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
-    json["count"].as_u64().expect("a count")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_a_replica_that_is_not_there_is_503_and_runs_nothing() {
     let node = RedisNode::start().expect("start redis-server");
@@ -357,7 +344,7 @@ async fn waiting_for_a_replica_that_is_not_there_is_503_and_runs_nothing() {
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("unavailable"), "{body}");
     assert!(!body.contains("WAIT"), "internals stay in the log: {body}");
-    assert_eq!(handler_runs(&fixture).await, 0, "the claim was not durable");
+    assert_eq!(fixture.handler_runs().await, 0, "the claim was not durable");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,7 +358,7 @@ async fn waiting_for_each_masters_replica_acknowledges_and_replays() {
         assert_eq!(first.0, 201, "{}", first.1);
         assert_eq!(post_echo(&fixture, &key).await, first);
     }
-    assert_eq!(handler_runs(&fixture).await, 20);
+    assert_eq!(fixture.handler_runs().await, 20);
 }
 
 /// Two fixtures on one Redis node, one with its clock an hour ahead: it
@@ -406,7 +393,7 @@ async fn a_fixture_with_a_skewed_clock_runs_each_handler_once_on_redis() {
         })
     };
     // The slow request holds its claim for 1.5 s; its lease is 30 s.
-    while handler_runs(&on_time).await == 0 {
+    while on_time.handler_runs().await == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let post = |server: &Server, path: &str, key: &str| {
@@ -433,5 +420,5 @@ async fn a_fixture_with_a_skewed_clock_runs_each_handler_once_on_redis() {
         "true",
         "inside the window"
     );
-    assert_eq!(handler_runs(&on_time).await + handler_runs(&ahead).await, 2);
+    assert_eq!(on_time.handler_runs().await + ahead.handler_runs().await, 2);
 }

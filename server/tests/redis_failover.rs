@@ -52,19 +52,6 @@ struct Figures {
 /// the frozen replica's receive buffer and survive the master).
 const HEAVY: &str = "/large?bytes=262144";
 
-async fn runs(server: &Server) -> u64 {
-    let json: serde_json::Value = server
-        .client
-        .get(format!("{}/counter", server.base))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
-    json["count"].as_u64().expect("a count")
-}
-
 /// Sends operation `op` until it is acknowledged (a 2xx): answers whether
 /// the acknowledgement was a fresh execution (not a replay), and how many
 /// retries it took.
@@ -179,7 +166,7 @@ async fn failover(wait_replicas: &str) -> Figures {
         client.await.expect("client");
     }
     let operations = next.load(Ordering::SeqCst);
-    let executions = runs(&fixtures[0]).await + runs(&fixtures[1]).await;
+    let executions = fixtures[0].handler_runs().await + fixtures[1].handler_runs().await;
     // Every acknowledged execution, sent again: a replay, or lost.
     let mut lost = 0;
     let mut lost_ops = Vec::new();

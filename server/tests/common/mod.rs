@@ -325,6 +325,20 @@ impl Server {
         }
     }
 
+    /// How many POST handlers a fixture ran (`GET /counter`).
+    pub async fn handler_runs(&self) -> u64 {
+        let json: serde_json::Value = self
+            .client
+            .get(format!("{}/counter", self.base))
+            .send()
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("json");
+        json["count"].as_u64().expect("a count")
+    }
+
     /// Everything the server logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")

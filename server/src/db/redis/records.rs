@@ -22,12 +22,18 @@ use crate::idempotency::{
     state_name, stored_from_columns,
 };
 
-static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/claim.lua")));
-static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/read.lua")));
-static TAKE_OVER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/take_over.lua")));
-static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/complete.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+/// A script from `lua/`, after the shared clock prelude (`lua/clock.lua`).
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| Script::new(concat!(include_str!("lua/clock.lua"), include_str!($file))))
+    };
+}
+
+static CLAIM: LazyLock<Script> = script!("lua/claim.lua");
+static READ: LazyLock<Script> = script!("lua/read.lua");
+static TAKE_OVER: LazyLock<Script> = script!("lua/take_over.lua");
+static COMPLETE: LazyLock<Script> = script!("lua/complete.lua");
+static RELEASE: LazyLock<Script> = script!("lua/release.lua");
 
 impl Records for RedisDb {
     async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {

@@ -5,9 +5,7 @@
 -- The record expires (PEXPIREAT) ARGV[4] ms after its lease, as trim
 -- deletes an abandoned claim elsewhere.
 -- KEYS[1] the record; ARGV: fingerprint, claim, lease ms, retention ms.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function ms(x) return string.format('%.0f', x) end
+local now = now_ms()
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local reply = redis.call('HGETALL', KEYS[1])
   table.insert(reply, 1, ms(now))

@@ -14,9 +14,7 @@ end
 if current[1] ~= ARGV[1] or current[2] ~= 'in_flight' then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function ms(x) return string.format('%.0f', x) end
+local now = now_ms()
 local replay_until = now + tonumber(ARGV[2])
 redis.call('HDEL', KEYS[1], 'lease_until', 'rb', 'rid')
 redis.call('HSET', KEYS[1], 'status', 'completed', 'replay_until', ms(replay_until),

@@ -13,9 +13,7 @@ end
 if current[1] ~= ARGV[5] or current[2] ~= ARGV[6] then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function ms(x) return string.format('%.0f', x) end
+local now = now_ms()
 local lease_until = now + tonumber(ARGV[3])
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'claim', ARGV[2], 'status', 'in_flight',
