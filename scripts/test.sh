@@ -130,13 +130,14 @@ print(" ".join(["component:" + c for c in t.get("components", [])] + ["target:" 
     fi
 
     # redis-server and redis-cli: the Redis store's tests start nodes and
-    # clusters of their own (idemkey-testkit).
-    if ! have redis-server || ! have redis-cli; then
+    # clusters of their own (idemkey-testkit); openssl makes the TLS node's
+    # throwaway certificates.
+    if ! have redis-server || ! have redis-cli || ! have openssl; then
         if [[ $EUID -eq 0 ]] && have apt-get; then
             apt-get update -qq
-            apt-get install -y -qq --no-install-recommends redis-server redis-tools
+            apt-get install -y -qq --no-install-recommends redis-server redis-tools openssl
         else
-            echo "redis-server or redis-cli not found: install Debian's redis-server and redis-tools" >&2
+            echo "redis-server, redis-cli or openssl not found: install Debian's redis-server, redis-tools and openssl" >&2
             return 1
         fi
     fi

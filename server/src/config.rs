@@ -157,6 +157,10 @@ pub struct FixtureArgs {
     /// before Redis expires it.
     #[arg(long, default_value = "30d", value_parser = parse_duration)]
     pub redis_retention: Duration,
+    /// Redis only: PEM file of the certificate authorities that a
+    /// rediss:// server's certificate must chain to (default: the system's).
+    #[arg(long)]
+    pub redis_ca_file: Option<PathBuf>,
     /// How long a stored response is replayed (e.g. 2s, 15m, 24h).
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub replay_ttl: Duration,

@@ -120,6 +120,7 @@ pub async fn run(args: FixtureArgs) -> Result<(), String> {
         wait_replicas: args.redis_wait_replicas,
         wait_timeout: args.redis_wait_timeout,
         retention: args.redis_retention,
+        ca_file: args.redis_ca_file.clone(),
         ..RedisSettings::default()
     };
     let store = Db::open_with(&url, &PgSettings::default(), &redis)

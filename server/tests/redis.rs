@@ -422,3 +422,29 @@ async fn a_fixture_with_a_skewed_clock_runs_each_handler_once_on_redis() {
     );
     assert_eq!(on_time.handler_runs().await + ahead.handler_runs().await, 2);
 }
+
+/// `rediss://`: the store over TLS (rustls), trusting a CA given by
+/// `--redis-ca-file`; without it the system's roots refuse the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_speaks_tls_to_a_rediss_url() {
+    let node = RedisNode::start_tls().expect("start a TLS redis-server");
+    let url = node.url();
+    assert!(url.starts_with("rediss://"), "{url}");
+    let ca = node.tls_ca().expect("a CA file").to_owned();
+    let refused = Db::open_with(&url, &PgSettings::default(), &RedisSettings::default()).await;
+    assert!(
+        refused.is_err(),
+        "a certificate from an unknown CA is refused"
+    );
+    let fixture = Server::fixture(&[
+        "--database-url",
+        &url,
+        "--redis-ca-file",
+        ca.to_str().expect("utf-8 path"),
+    ]);
+    let first = post_echo(&fixture, "\"tls-1\"").await;
+    assert_eq!(first.0, 201, "{}", first.1);
+    assert_eq!(post_echo(&fixture, "\"tls-1\"").await, first);
+    assert_eq!(fixture.handler_runs().await, 1);
+    assert_eq!(node.cli(&["dbsize"]).expect("dbsize"), "1");
+}

@@ -37,6 +37,8 @@ pub struct RedisNode {
     watchdog: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// The CA file of a TLS-only node.
+    tls_ca: Option<PathBuf>,
 }
 
 impl RedisNode {
@@ -60,6 +62,113 @@ impl RedisNode {
         Err(last.unwrap_or_else(|| io::Error::other("redis-server did not start")))
     }
 
+    /// A node that speaks TLS only, with a certificate for `127.0.0.1` and
+    /// `localhost` from a throwaway CA (made with `openssl`), whose file is
+    /// [`RedisNode::tls_ca`]; its URL is `rediss://`.
+    pub fn start_tls() -> io::Result<Self> {
+        let dir = super::unique_dir("idemkey-redis-tls")?;
+        let openssl = |args: &[&str]| -> io::Result<()> {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!(
+                    "openssl {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                )))
+            }
+        };
+        fs::write(
+            dir.join("san.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )?;
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=idemkey test CA",
+        ])?;
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ])?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ])?;
+        let mut last = None;
+        for _ in 0..8 {
+            let port = free_port_pair()?;
+            let tls_port = port.to_string();
+            let args = [
+                "--port",
+                "0",
+                "--tls-port",
+                &tls_port,
+                "--tls-cert-file",
+                "server.crt",
+                "--tls-key-file",
+                "server.key",
+                "--tls-ca-cert-file",
+                "ca.crt",
+                "--tls-auth-clients",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ];
+            match Self::spawn_tls(&dir, port, &args) {
+                Ok(node) => return Ok(node),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("redis-server did not start")))
+    }
+
+    fn spawn_tls(dir: &Path, port: u16, args: &[&str]) -> io::Result<Self> {
+        Self::spawn_with(dir, port, args, Some(dir.join("ca.crt")))
+    }
+
+    /// The CA file of a [`RedisNode::start_tls`] node.
+    pub fn tls_ca(&self) -> Option<&Path> {
+        self.tls_ca.as_deref()
+    }
+
     /// The node shared by every test of this process.
     pub fn shared() -> io::Result<&'static RedisNode> {
         static SHARED: OnceLock<Result<RedisNode, String>> = OnceLock::new();
@@ -70,6 +179,15 @@ impl RedisNode {
     }
 
     fn spawn(dir: &Path, port: u16, args: &[&str]) -> io::Result<Self> {
+        Self::spawn_with(dir, port, args, None)
+    }
+
+    fn spawn_with(
+        dir: &Path,
+        port: u16,
+        args: &[&str],
+        tls_ca: Option<PathBuf>,
+    ) -> io::Result<Self> {
         let child = Command::new(REDIS_SERVER)
             .arg("--port")
             .arg(port.to_string())
@@ -95,6 +213,7 @@ impl RedisNode {
             child: Some(child),
             port,
             dir: dir.to_owned(),
+            tls_ca,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -119,6 +238,9 @@ impl RedisNode {
     }
 
     fn pings(&self) -> bool {
+        if self.tls_ca.is_some() {
+            return self.cli(&["ping"]).is_ok_and(|r| r == "PONG");
+        }
         let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)) else {
             return false;
         };
@@ -134,9 +256,14 @@ impl RedisNode {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT` (`rediss://` for a TLS node).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Its log so far.
@@ -153,7 +280,15 @@ impl RedisNode {
 
     /// Runs `redis-cli -p PORT ARGS…` and returns its trimmed stdout.
     pub fn cli(&self, args: &[&str]) -> io::Result<String> {
-        cli(self.port, args)
+        match &self.tls_ca {
+            Some(ca) => {
+                let ca = ca.to_string_lossy();
+                let mut tls = vec!["--tls", "--cacert", &ca];
+                tls.extend_from_slice(args);
+                cli(self.port, &tls)
+            }
+            None => cli(self.port, args),
+        }
     }
 
     /// Stops the process (SIGSTOP) until [`RedisNode::thaw`]: a replica that
@@ -198,6 +333,11 @@ impl Drop for RedisNode {
         if let Some(mut watchdog) = self.watchdog.take() {
             let _ = watchdog.kill();
             let _ = watchdog.wait();
+        }
+        if self.tls_ca.is_some() {
+            // A TLS node's directory is its own (with its certificates).
+            let _ = fs::remove_dir_all(&self.dir);
+            return;
         }
         // The cluster's nodes share a directory; the last one removes it.
         let _ = fs::remove_file(self.dir.join(format!("redis-{}.log", self.port)));

@@ -28,12 +28,13 @@
 //! replicas hold the write; if they do not within the timeout
 //! the call fails (503), and the completion is not acknowledged.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind};
+use redis::{ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, TlsCertificates};
 use sha2::{Digest, Sha256};
 
 use super::{AccountId, Authed, Order, OrderDraft, PoolStatus, StoreError, TokenHash};
@@ -64,6 +65,9 @@ pub struct RedisSettings {
     pub connect_timeout: Duration,
     /// Time allowed for one reply.
     pub response_timeout: Duration,
+    /// PEM file of the certificate authorities a `rediss://` server's
+    /// certificate must chain to, instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for RedisSettings {
@@ -74,6 +78,7 @@ impl Default for RedisSettings {
             retention: Duration::from_secs(30 * 86_400),
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
+            ca_file: None,
         }
     }
 }
@@ -151,12 +156,23 @@ impl RedisDb {
         let _ = rustls::crypto::ring::default_provider().install_default();
         // The parser's message never repeats the URL (nor its password).
         let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid Redis URL: {e}"));
+        let certs = match &settings.ca_file {
+            Some(path) => Some(TlsCertificates {
+                client_tls: None,
+                root_cert: Some(std::fs::read(path).map_err(|e| {
+                    StoreError::Unavailable(format!("cannot read {}: {e}", path.display()))
+                })?),
+            }),
+            None => None,
+        };
         let conn = if let Some(seeds) = cluster_seeds(url) {
-            let client = ClusterClient::builder(seeds)
+            let mut builder = ClusterClient::builder(seeds)
                 .connection_timeout(settings.connect_timeout)
-                .response_timeout(settings.response_timeout)
-                .build()
-                .map_err(invalid)?;
+                .response_timeout(settings.response_timeout);
+            if let Some(certs) = certs {
+                builder = builder.certs(certs);
+            }
+            let client = builder.build().map_err(invalid)?;
             Conn::Cluster(
                 client
                     .get_async_connection()
@@ -168,7 +184,11 @@ impl RedisDb {
                 "redis+cluster:// needs host:port seeds, comma-separated".into(),
             ));
         } else {
-            let client = redis::Client::open(url).map_err(invalid)?;
+            let client = match certs {
+                Some(certs) => redis::Client::build_with_tls(url, certs),
+                None => redis::Client::open(url),
+            }
+            .map_err(invalid)?;
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(settings.connect_timeout))
                 .set_response_timeout(Some(settings.response_timeout));
