@@ -25,8 +25,11 @@
 //! then runs the handler again. [`RedisSettings::wait_replicas`] sends
 //! `WAIT n timeout` after each claim and completion (pipelined with the
 //! script, on the same connection), so the request goes on only once `n`
-//! replicas hold the write; if they do not within the timeout
-//! the call fails (503), and the completion is not acknowledged.
+//! replicas hold the write. If they do not within the timeout the call
+//! fails: a claim answers 503 before the handler runs; a completion is not
+//! confirmed (the Layer, in lease mode, still answers the handler's
+//! response, since the effect happened, and logs "cannot store the
+//! response").
 
 use std::path::PathBuf;
 use std::time::Duration;
