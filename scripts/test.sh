@@ -128,6 +128,20 @@ print(" ".join(["component:" + c for c in t.get("components", [])] + ["target:" 
             return 1
         fi
     fi
+
+    # redis-server and redis-cli: the Redis store's tests start nodes and
+    # clusters of their own (idemkey-testkit); openssl makes the TLS node's
+    # throwaway certificates.
+    if ! have redis-server || ! have redis-cli || ! have openssl; then
+        if [[ $EUID -eq 0 ]] && have apt-get; then
+            apt-get update -qq
+            apt-get install -y -qq --no-install-recommends redis-server redis-tools openssl
+        else
+            echo "redis-server, redis-cli or openssl not found: install Debian's redis-server, redis-tools and openssl" >&2
+            return 1
+        fi
+    fi
+    redis-server --version
 }
 
 # ---- (b)-(e) the workspace ----------------------------------------------

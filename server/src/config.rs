@@ -140,10 +140,27 @@ pub struct FixtureArgs {
     /// Address to listen on.
     #[arg(long, env = "IDEMKEY_FIXTURE_BIND", default_value = "127.0.0.1:3001")]
     pub bind: SocketAddr,
-    /// sqlite://PATH or postgres://…; default: a new SQLite file in the
-    /// temporary directory.
+    /// sqlite://PATH, postgres://…, redis://… (rediss:// for TLS) or
+    /// redis+cluster://host:port,host:port; default: a new SQLite file in
+    /// the temporary directory.
     #[arg(long, env = "IDEMKEY_FIXTURE_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// Redis only: replicas that must acknowledge each claim and completion
+    /// (`WAIT`) before the request goes on; fewer in time answers 503.
+    #[arg(long, default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+    /// Redis only: how long `WAIT` may take.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub redis_wait_timeout: Duration,
+    /// Redis only: how long a record outlives its lease (abandoned claims)
+    /// or its creation (completed records, at least their replay window)
+    /// before Redis expires it.
+    #[arg(long, default_value = "30d", value_parser = parse_duration)]
+    pub redis_retention: Duration,
+    /// Redis only: PEM file of the certificate authorities that a
+    /// rediss:// server's certificate must chain to (default: the system's).
+    #[arg(long)]
+    pub redis_ca_file: Option<PathBuf>,
     /// How long a stored response is replayed (e.g. 2s, 15m, 24h).
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub replay_ttl: Duration,

@@ -19,7 +19,9 @@
 //! Without `--database-url` the fixture opens a **new** SQLite file in the
 //! system's temporary directory (its path is logged), so each run starts
 //! with no keys; pass `--database-url sqlite://PATH` to keep records across
-//! restarts, or `postgres://…` for PostgreSQL.
+//! restarts, `postgres://…` for PostgreSQL, or `redis://…` /
+//! `redis+cluster://host:port,…` for Redis (`--redis-wait-replicas N` makes
+//! each claim and completion wait for N replicas).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,7 +42,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::info;
 
 use idemkey_server::config::FixtureArgs;
-use idemkey_server::db::{Db, PgSettings};
+use idemkey_server::db::{Db, PgSettings, RedisSettings};
 use idemkey_server::layer::IdempotencyLayer;
 use idemkey_server::problems::problem_response;
 use idemkey_server::serve::{serve, shutdown_signal};
@@ -114,14 +116,17 @@ pub async fn run(args: FixtureArgs) -> Result<(), String> {
         (None, Some(file)) => format!("sqlite://{}", file.display()),
         (None, None) => unreachable!("a temporary file is chosen when no URL is given"),
     };
-    let backend = if url.starts_with("sqlite://") {
-        "sqlite"
-    } else {
-        "postgres"
+    let redis = RedisSettings {
+        wait_replicas: args.redis_wait_replicas,
+        wait_timeout: args.redis_wait_timeout,
+        retention: args.redis_retention,
+        ca_file: args.redis_ca_file.clone(),
+        ..RedisSettings::default()
     };
-    let store = Db::open(&url, &PgSettings::default())
+    let store = Db::open_with(&url, &PgSettings::default(), &redis)
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
+    let backend = store.backend();
     match &temp_file {
         Some(path) => info!(backend, path = %path.display(), "fixture database"),
         None => info!(backend, "fixture database"),

@@ -73,9 +73,17 @@ fn database_url(database: &DatabaseArgs) -> (&str, bool) {
 
 async fn open_store(database: &DatabaseArgs, settings: &PgSettings) -> Result<Db, String> {
     let (url, _) = database_url(database);
-    Db::open(url, settings)
+    let store = Db::open(url, settings)
         .await
-        .map_err(|e| format!("cannot open the database: {e}"))
+        .map_err(|e| format!("cannot open the database: {e}"))?;
+    if store.lease_only() {
+        // Orders, accounts and their records share one transaction.
+        return Err(format!(
+            "cannot use this database here: {}",
+            idemkey_server::db::redis::LEASE_ONLY
+        ));
+    }
+    Ok(store)
 }
 
 async fn run_serve(args: ServeArgs) -> Result<(), String> {

@@ -1,5 +1,6 @@
-//! The idempotency layer (lease mode) on both backends: a real SQLite file
-//! in a temporary directory and a real PostgreSQL database from the testkit.
+//! The idempotency layer (lease mode) on every backend: a real SQLite file
+//! in a temporary directory, a real PostgreSQL database, and a real Redis
+//! node and Redis Cluster (3 masters, 3 replicas) from the testkit.
 //!
 //! In-process tests drive the fixture's router (or a small app of their
 //! own) with `oneshot`; time passes for a record the way the database sees
@@ -42,6 +43,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_idemkey-server");
 enum Backend {
     Sqlite,
     Postgres,
+    Redis,
+    RedisCluster,
 }
 
 /// A temporary directory removed on drop.
@@ -66,6 +69,7 @@ impl Drop for TempDir {
 struct TestDb {
     url: String,
     _dir: Option<TempDir>,
+    _redis: Option<common::RedisStore>,
 }
 
 fn database(backend: Backend) -> TestDb {
@@ -76,13 +80,29 @@ fn database(backend: Backend) -> TestDb {
             TestDb {
                 url,
                 _dir: Some(dir),
+                _redis: None,
             }
         }
         Backend::Postgres => {
             let cluster = PgCluster::shared().expect("start PostgreSQL");
             let name = format!("lease_{}", uuid::Uuid::new_v4().simple());
             let url = cluster.create_database(&name).expect("create database");
-            TestDb { url, _dir: None }
+            TestDb {
+                url,
+                _dir: None,
+                _redis: None,
+            }
+        }
+        Backend::Redis | Backend::RedisCluster => {
+            let redis = match backend {
+                Backend::Redis => common::RedisStore::node(),
+                _ => common::RedisStore::cluster(),
+            };
+            TestDb {
+                url: redis.url(),
+                _dir: None,
+                _redis: Some(redis),
+            }
         }
     }
 }
@@ -745,6 +765,22 @@ macro_rules! on_both_backends {
                 }
             )*
         }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::Redis).await;
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::RedisCluster).await;
+                }
+            )*
+        }
     };
 }
 
@@ -1073,6 +1109,14 @@ mod fixture_binary {
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                     async fn postgres() {
                         super::super::$scenario(super::super::Backend::Postgres).await;
+                    }
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn redis() {
+                        super::super::$scenario(super::super::Backend::Redis).await;
+                    }
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn redis_cluster() {
+                        super::super::$scenario(super::super::Backend::RedisCluster).await;
                     }
                 }
             )*

@@ -1,4 +1,4 @@
-//! The records protocol on both backends, driven directly through
+//! The records protocol on every store, driven directly through
 //! [`Records`] and the engine: the compare-and-swaps that guard a record,
 //! and the trim that keeps every key's record small and then forgets it.
 //! Time passes the way the database sees it ([`common::age_records`]).
@@ -16,7 +16,7 @@ use idemkey_server::idempotency::{
 use idemkey_server::maintenance::trim_round;
 
 mod common;
-use common::{Backend, Env, age_records};
+use common::{Backend, Env, RedisStore, age_records};
 
 const OPERATION: OperationId = OperationId::from_static("http:v1");
 
@@ -24,6 +24,32 @@ async fn open(env: &Env) -> Db {
     Db::open(&env.url, &PgSettings::default())
         .await
         .expect("open the database")
+}
+
+/// One test's store: a database of either SQL backend, or a Redis node or
+/// cluster of its own.
+enum Store {
+    Sql(Env),
+    Redis(RedisStore),
+}
+
+impl Store {
+    fn new(backend: Backend) -> Self {
+        Self::Sql(Env::new(backend))
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::Sql(env) => env.url.clone(),
+            Self::Redis(redis) => redis.url(),
+        }
+    }
+
+    async fn open(&self) -> Db {
+        Db::open(&self.url(), &PgSettings::default())
+            .await
+            .expect("open the store")
+    }
 }
 
 fn key(name: &str) -> RecordKey {
@@ -58,16 +84,15 @@ fn lease_policy() -> Policy {
 /// A's claim, read by B as in flight with its lease over, completed by A,
 /// then B's take-over decided on the old row: B loses, A's response stays,
 /// and a retry replays it without running the handler again.
-async fn a_stale_take_over_cannot_overwrite_a_completed_record(backend: Backend) {
-    let env = Env::new(backend);
-    let db = open(&env).await;
+async fn a_stale_take_over_cannot_overwrite_a_completed_record(store: Store) {
+    let db = store.open().await;
     let k = key("stale");
     let fp = fingerprint("1");
     let runs = AtomicUsize::new(0);
     let a = claim(fp, Duration::from_secs(1));
     assert_eq!(db.claim(&k, &a).await.expect("claim"), Claimed::Won);
     runs.fetch_add(1, Ordering::SeqCst); // A's handler runs.
-    age_records(&env.url, Duration::from_secs(2)).await;
+    age_records(&store.url(), Duration::from_secs(2)).await;
 
     // B reads A's row as in flight with its lease over: take it over.
     let b = claim(fp, Duration::from_secs(30));
@@ -113,14 +138,13 @@ async fn a_stale_take_over_cannot_overwrite_a_completed_record(backend: Backend)
 
 /// Completion and release are fenced by the claim token: a claim that was
 /// taken over can neither store its response nor release the new claim.
-async fn a_taken_over_claim_can_neither_complete_nor_release(backend: Backend) {
-    let env = Env::new(backend);
-    let db = open(&env).await;
+async fn a_taken_over_claim_can_neither_complete_nor_release(store: Store) {
+    let db = store.open().await;
     let k = key("fenced");
     let fp = fingerprint("1");
     let a = claim(fp, Duration::from_secs(1));
     assert_eq!(db.claim(&k, &a).await.expect("claim"), Claimed::Won);
-    age_records(&env.url, Duration::from_secs(2)).await;
+    age_records(&store.url(), Duration::from_secs(2)).await;
     let b = claim(fp, Duration::from_secs(30));
     let Claimed::Taken(read) = db.claim(&k, &b).await.expect("claim") else {
         panic!("the key is A's");
@@ -188,13 +212,13 @@ async fn trim_shrinks_records_to_tombstones_then_to_nothing(backend: Backend) {
     assert_eq!(count("SELECT count(*) FROM idempotency_records"), 0);
 }
 
-macro_rules! on_both_backends {
+macro_rules! on_each_store {
     ($($scenario:ident),* $(,)?) => {
         mod sqlite {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
-                    super::$scenario(super::Backend::Sqlite).await;
+                    super::$scenario(super::Store::new(super::Backend::Sqlite)).await;
                 }
             )*
         }
@@ -202,15 +226,45 @@ macro_rules! on_both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
-                    super::$scenario(super::Backend::Postgres).await;
+                    super::$scenario(super::Store::new(super::Backend::Postgres)).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Store::Redis(super::RedisStore::node())).await;
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Store::Redis(super::RedisStore::cluster())).await;
                 }
             )*
         }
     };
 }
 
-on_both_backends!(
+on_each_store!(
     a_stale_take_over_cannot_overwrite_a_completed_record,
     a_taken_over_claim_can_neither_complete_nor_release,
-    trim_shrinks_records_to_tombstones_then_to_nothing,
 );
+
+// Trim is the SQL stores' (Redis expires records itself: see redis.rs).
+mod sql_trim {
+    use super::{Backend, trim_shrinks_records_to_tombstones_then_to_nothing as trim};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        trim(Backend::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        trim(Backend::Postgres).await;
+    }
+}

@@ -1,4 +1,5 @@
-//! Throwaway PostgreSQL clusters for idemkey's integration tests.
+//! Throwaway PostgreSQL clusters (and Redis servers and clusters, see
+//! [`RedisNode`] and [`RedisCluster`]) for idemkey's integration tests.
 //!
 //! This crate is dev-only (`publish = false`). It drives the machine's
 //! PostgreSQL server binaries (`initdb`, `pg_ctl`, `psql`, `createdb`) with
@@ -65,6 +66,10 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod redis;
+
+pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
 
 /// Where Debian's PostgreSQL 15 server binaries live; the first place looked
 /// at after `$IDEMKEY_PG_BIN`.
@@ -980,12 +985,18 @@ fn check(what: &str, output: &Output) -> io::Result<()> {
 /// Makes a new, empty, world-readable directory
 /// `$TMPDIR/idemkey-pg-PID-N-RANDOM`.
 fn make_temp_root() -> io::Result<PathBuf> {
+    unique_dir("idemkey-pg")
+}
+
+/// Makes a new, empty, world-readable directory
+/// `$TMPDIR/PREFIX-PID-N-RANDOM`.
+fn unique_dir(prefix: &str) -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let base = std::env::temp_dir();
     loop {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir = base.join(format!(
-            "idemkey-pg-{}-{n}-{:06x}",
+            "{prefix}-{}-{n}-{:06x}",
             std::process::id(),
             random_u64() & 0xff_ffff
         ));

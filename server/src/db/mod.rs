@@ -20,9 +20,11 @@ use crate::idempotency::{
 };
 
 pub mod postgres;
+pub mod redis;
 pub mod sqlite;
 
 pub use postgres::{PgDb, PgSettings};
+pub use redis::{RedisDb, RedisSettings};
 pub use sqlite::SqliteDb;
 
 /// SHA-256 of an API token: the only form in which tokens are stored.
@@ -110,6 +112,9 @@ pub enum Db {
     Postgres(PgDb),
     /// SQLite: the embedded, single-host store.
     Sqlite(SqliteDb),
+    /// Redis or Redis Cluster: records of the idempotency layer (lease
+    /// mode) only; the order route and the account calls are refused.
+    Redis(RedisDb),
 }
 
 /// The database used when none is given: a file in the working directory.
@@ -122,16 +127,31 @@ macro_rules! each {
         match $self {
             Db::Postgres($db) => $body,
             Db::Sqlite($db) => $body,
+            Db::Redis($db) => $body,
         }
     };
 }
 
 impl Db {
     /// Opens the database a URL names and applies pending migrations:
-    /// `postgres://...` (or `postgresql://`) or `sqlite://PATH` (relative to
-    /// the working directory; `sqlite:///abs/path` for an absolute one).
+    /// `postgres://...` (or `postgresql://`), `sqlite://PATH` (relative to
+    /// the working directory; `sqlite:///abs/path` for an absolute one), or
+    /// a Redis node or cluster (see [`Db::open_with`]) with default settings.
     pub async fn open(url: &str, settings: &PgSettings) -> Result<Self, StoreError> {
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Self::open_with(url, settings, &RedisSettings::default()).await
+    }
+
+    /// [`Db::open`], with the settings of a Redis store: `redis://…`,
+    /// `rediss://…` (TLS), or a cluster's seeds,
+    /// `redis+cluster://host:port,host:port` (`rediss+cluster://` for TLS).
+    pub async fn open_with(
+        url: &str,
+        settings: &PgSettings,
+        redis: &RedisSettings,
+    ) -> Result<Self, StoreError> {
+        if redis::is_redis_url(url) {
+            Ok(Self::Redis(RedisDb::connect(url, redis).await?))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Ok(Self::Postgres(PgDb::connect(url, settings).await?))
         } else if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
@@ -143,17 +163,25 @@ impl Db {
         } else {
             // The URL may hold a password: never repeat it.
             Err(StoreError::Unavailable(
-                "unknown database URL: use postgres://... or sqlite://PATH".into(),
+                "unknown database URL: use postgres://..., sqlite://PATH or redis://...".into(),
             ))
         }
     }
 
-    /// `postgres` or `sqlite`.
+    /// `postgres`, `sqlite` or `redis`.
     pub fn backend(&self) -> &'static str {
         match self {
             Self::Postgres(_) => "postgres",
             Self::Sqlite(_) => "sqlite",
+            Self::Redis(_) => "redis",
         }
+    }
+
+    /// Whether this store holds only the idempotency layer's records (no
+    /// accounts, no orders, no transactions to join): Redis. The `serve`
+    /// command refuses such a store.
+    pub fn lease_only(&self) -> bool {
+        matches!(self, Self::Redis(_))
     }
 
     /// Checks that the database answers.

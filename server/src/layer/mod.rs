@@ -37,7 +37,10 @@
 //! authentication outside it (a `.layer(...)` added after it), so the scope
 //! function can read who the caller is. Records are kept per
 //! `(scope, operation, key)` in the records table of any [`Db`]
-//! ([`Db::open`] runs the migrations).
+//! ([`Db::open`] runs the migrations), or in Redis / Redis Cluster
+//! (`redis://`, `rediss://`, `redis+cluster://host:port,…`; see
+//! [`crate::db::redis`] and docs/redis.md for when to choose which store
+//! and Redis's durability options).
 //!
 //! # What "once" means here
 //! The handler's effect is outside the record's transaction, so the promise

@@ -263,9 +263,24 @@ impl Server {
     }
 
     fn start_with(url: &str, extra: &[&str], faults: bool, env: &[(&str, String)]) -> Self {
+        Self::spawn(&["serve", "--database-url", url], extra, faults, env)
+    }
+
+    /// Starts `idemkey-server fixture` on a free port with these flags.
+    pub fn fixture(args: &[&str]) -> Self {
+        Self::spawn(&["fixture"], args, false, &[])
+    }
+
+    /// A fixture whose own clock is off by `offset` (see [`skewed_clock`]).
+    pub fn fixture_skewed(args: &[&str], offset: &str) -> Self {
+        Self::spawn(&["fixture"], args, false, &skewed_clock(offset))
+    }
+
+    fn spawn(command: &[&str], extra: &[&str], faults: bool, env: &[(&str, String)]) -> Self {
         let mut cmd = Command::new(BIN);
         cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
-        cmd.args(["serve", "--database-url", url, "--bind", "127.0.0.1:0"])
+        cmd.args(command)
+            .args(["--bind", "127.0.0.1:0"])
             .args(extra)
             .env_remove("DATABASE_URL")
             .env("RUST_LOG", "info")
@@ -308,6 +323,20 @@ impl Server {
                 .build()
                 .expect("client"),
         }
+    }
+
+    /// How many POST handlers a fixture ran (`GET /counter`).
+    pub async fn handler_runs(&self) -> u64 {
+        let json: serde_json::Value = self
+            .client
+            .get(format!("{}/counter", self.base))
+            .send()
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("json");
+        json["count"].as_u64().expect("a count")
     }
 
     /// Everything the server logged so far.
@@ -448,6 +477,10 @@ pub fn new_key() -> String {
 /// decides leases and windows).
 pub async fn age_records(url: &str, by: Duration) {
     let ms = i64::try_from(by.as_millis()).expect("fits");
+    if idemkey_server::db::redis::is_redis_url(url) {
+        redis_on_masters(url, AGE_REDIS_RECORDS, ms).await;
+        return;
+    }
     if let Some(path) = url.strip_prefix("sqlite://") {
         let conn = rusqlite::Connection::open(path).expect("open sqlite");
         conn.busy_timeout(Duration::from_secs(10))
@@ -479,12 +512,18 @@ pub async fn age_records(url: &str, by: Duration) {
 
 /// How many idempotency records the database at `url` holds.
 pub async fn count_records(url: &str) -> i64 {
+    if idemkey_server::db::redis::is_redis_url(url) {
+        return redis_on_masters(url, COUNT_REDIS_RECORDS, 0).await;
+    }
     count(url, "SELECT count(*) FROM idempotency_records").await
 }
 
 /// How many idempotency records of the database at `url` are in flight (a
 /// claim not yet completed): how a test knows a request is under way.
 pub async fn count_in_flight(url: &str) -> i64 {
+    if idemkey_server::db::redis::is_redis_url(url) {
+        return redis_on_masters(url, COUNT_REDIS_IN_FLIGHT, 0).await;
+    }
     count(
         url,
         "SELECT count(*) FROM idempotency_records WHERE status = 'in_flight'",
@@ -518,5 +557,95 @@ pub async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
     while !done().await {
         assert!(Instant::now() < guard, "never happened: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Moves every record of a Redis node back by ARGV[1] ms: its times and its
+/// expiry, as if that much time had passed on the node's clock. Answers how
+/// many records it moved.
+const AGE_REDIS_RECORDS: &str = r"
+local by = tonumber(ARGV[1])
+local keys = redis.call('KEYS', 'idemkey:*')
+for _, k in ipairs(keys) do
+  for _, f in ipairs({'created', 'lease_until', 'replay_until'}) do
+    local v = redis.call('HGET', k, f)
+    if v then redis.call('HSET', k, f, string.format('%.0f', tonumber(v) - by)) end
+  end
+  local at = redis.call('PEXPIRETIME', k)
+  if at > 0 then redis.call('PEXPIREAT', k, string.format('%.0f', at - by)) end
+end
+return #keys
+";
+
+/// How many records a Redis node holds.
+const COUNT_REDIS_RECORDS: &str = r"return #redis.call('KEYS', 'idemkey:*')";
+
+/// How many records of a Redis node are in flight.
+const COUNT_REDIS_IN_FLIGHT: &str = r"
+local n = 0
+for _, k in ipairs(redis.call('KEYS', 'idemkey:*')) do
+  if redis.call('HGET', k, 'status') == 'in_flight' then n = n + 1 end
+end
+return n
+";
+
+/// Runs a test script on every master of the Redis node or cluster at
+/// `url` (one connection per node: records live on the master owning their
+/// slot) and sums the answers.
+pub async fn redis_on_masters(url: &str, script: &str, arg: i64) -> i64 {
+    let nodes: Vec<String> = match url.strip_prefix("redis+cluster://") {
+        Some(seeds) => seeds.split(',').map(|s| format!("redis://{s}")).collect(),
+        None => vec![url.to_owned()],
+    };
+    let mut total = 0;
+    for node in nodes {
+        let client = redis::Client::open(node.as_str()).expect("redis url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to redis");
+        let role: Vec<redis::Value> = redis::cmd("ROLE")
+            .query_async(&mut conn)
+            .await
+            .expect("ROLE");
+        if role.first() != Some(&redis::Value::BulkString(b"master".to_vec())) {
+            continue;
+        }
+        let n: i64 = redis::Script::new(script)
+            .arg(arg)
+            .invoke_async(&mut conn)
+            .await
+            .expect("run the test script");
+        total += n;
+    }
+    total
+}
+
+/// A Redis store of one test's own: a node, or a 3-master cluster with a
+/// replica each. Killed when dropped.
+pub enum RedisStore {
+    /// One node.
+    Node(idemkey_testkit::RedisNode),
+    /// A cluster.
+    Cluster(idemkey_testkit::RedisCluster),
+}
+
+impl RedisStore {
+    /// A fresh node.
+    pub fn node() -> Self {
+        Self::Node(idemkey_testkit::RedisNode::start().expect("start redis-server"))
+    }
+
+    /// A fresh cluster of 3 masters and 3 replicas.
+    pub fn cluster() -> Self {
+        Self::Cluster(idemkey_testkit::RedisCluster::start(3, 1).expect("start a Redis Cluster"))
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        match self {
+            Self::Node(n) => n.url(),
+            Self::Cluster(c) => c.url(),
+        }
     }
 }
