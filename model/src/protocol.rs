@@ -55,8 +55,9 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    /// The bounds checked in CI: two clients (one per payload), two
-    /// servers, one fault of each kind, a few ticks.
+    /// The bounds checked in CI: two clients (one per payload) sending
+    /// twice each, two servers, one fault of each kind, five ticks with a
+    /// one-tick lease, a two-tick window and a one-tick retention.
     pub fn small(mode: Mode, expiry: ExpiryPolicy) -> Self {
         Self {
             mode,
@@ -65,7 +66,7 @@ impl Bounds {
             servers: 2,
             sends: 2,
             faults: [1, 1, 1],
-            last_tick: 4,
+            last_tick: 5,
             lease: 1,
             window: 2,
             retention: 1,

@@ -66,8 +66,10 @@ mod stores {
 
 /// Every store the traces run against. A new backend of `Db` is one line
 /// here (e.g. `("redis", stores::redis)` opening a `redis://` URL).
-const STORES: [(&str, fn() -> stores::Target); 2] =
-    [("postgres", stores::postgres), ("sqlite", stores::sqlite)];
+const STORES: [(&str, Open); 2] = [("postgres", stores::postgres), ("sqlite", stores::sqlite)];
+
+/// Opens a fresh store.
+type Open = fn() -> stores::Target;
 
 const OPERATION: OperationId = OperationId::from_static("replay:v1");
 
