@@ -183,14 +183,30 @@ impl Protocol {
         token
     }
 
-    fn claim_row(&self, state: &State, token: u8, payload: u8) -> Row {
-        Row {
-            payload,
+    /// Claim `token` now holds the key (a won claim or take-over): the row
+    /// is written (lease mode) or held by the open transaction, and the
+    /// effect may run.
+    fn hold(&self, state: &mut State, server: u8, client: u8, token: u8) -> Phase {
+        self.acquired(state);
+        let lease_until = state.clock + self.bounds.lease;
+        let row = Row {
+            payload: state.clients[usize::from(client)].payload,
             token,
-            status: Status::InFlight {
-                lease_until: state.clock + self.bounds.lease,
-            },
+            status: Status::InFlight { lease_until },
             created: state.clock,
+        };
+        let pending = if self.lease() {
+            Self::write(state, Some(row));
+            None
+        } else {
+            state.lock = Some(server);
+            Some(row)
+        };
+        Phase::Effect {
+            client,
+            token,
+            lease_until,
+            pending,
         }
     }
 
@@ -230,22 +246,7 @@ impl Protocol {
                 return None;
             }
             let token = Self::new_token(state, payload);
-            self.acquired(state);
-            let row = self.claim_row(state, token, payload);
-            let lease_until = state.clock + self.bounds.lease;
-            let pending = if self.lease() {
-                Self::write(state, Some(row));
-                None
-            } else {
-                state.lock = Some(server);
-                Some(row)
-            };
-            return Some(Phase::Effect {
-                client,
-                token,
-                lease_until,
-                pending,
-            });
+            return Some(self.hold(state, server, client, token));
         };
         // The claim's token is drawn (and lost) even when the key is taken.
         let token = Self::new_token(state, payload);
@@ -291,23 +292,7 @@ impl Protocol {
         if !matches {
             return Some(Self::changed(client, changes));
         }
-        self.acquired(state);
-        let payload = state.clients[usize::from(client)].payload;
-        let row = self.claim_row(state, token, payload);
-        let lease_until = state.clock + self.bounds.lease;
-        let pending = if self.lease() {
-            Self::write(state, Some(row));
-            None
-        } else {
-            state.lock = Some(server);
-            Some(row)
-        };
-        Some(Phase::Effect {
-            client,
-            token,
-            lease_until,
-            pending,
-        })
+        Some(self.hold(state, server, client, token))
     }
 
     /// `Records::complete` (lease mode): only while the row is this
