@@ -34,4 +34,4 @@ mod walk;
 
 pub use protocol::{ATTEMPTS, Action, Bounds, Mode, Protocol, same_state};
 pub use state::{Answer, Client, Ghost, Phase, Redo, Rejection, Row, State, Status, fingerprint};
-pub use walk::{Walk, walks};
+pub use walk::{Walk, covering, transition, transitions, walks};

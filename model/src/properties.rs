@@ -33,12 +33,13 @@ pub const RETRYING_CLIENT_ANSWERED: &str =
     "a retrying client eventually receives the stored result";
 
 /// Reachability checks that keep the bounds honest: each must be found.
-pub const REACHES: [&str; 5] = [
+pub const REACHES: [&str; 6] = [
     "sometimes: a replay",
     "sometimes: a take-over after a lease",
     "sometimes: 422 for the other payload",
     "sometimes: a crash after the effect",
     "sometimes: the window ends",
+    "sometimes: a tombstone is kept",
 ];
 
 /// Whether a reachability check applies to `mode`: a transaction never
@@ -117,6 +118,10 @@ pub fn all() -> Vec<Property<Protocol>> {
                 && (m.bounds.mode == Mode::Transactional || s.ghost.ran != s.ghost.stored)
         }),
         Property::sometimes(REACHES[4], |_: &Protocol, s: &State| s.ghost.expired),
+        Property::sometimes(REACHES[5], |_: &Protocol, s: &State| {
+            s.row
+                .is_some_and(|r| r.status == crate::state::Status::Tombstone)
+        }),
     ]
 }
 

@@ -56,8 +56,9 @@ pub struct Bounds {
 
 impl Bounds {
     /// The bounds checked in CI: two clients (one per payload) sending
-    /// twice each, two servers, one fault of each kind, five ticks with a
-    /// one-tick lease, a two-tick window and a one-tick retention.
+    /// twice each, two servers, one fault of each kind, six ticks with a
+    /// one-tick lease, a two-tick window and a three-tick retention (from
+    /// the claim, so a tombstone lives a tick or two).
     pub fn small(mode: Mode, expiry: ExpiryPolicy) -> Self {
         Self {
             mode,
@@ -66,10 +67,10 @@ impl Bounds {
             servers: 2,
             sends: 2,
             faults: [1, 1, 1],
-            last_tick: 5,
+            last_tick: 6,
             lease: 1,
             window: 2,
-            retention: 1,
+            retention: 3,
             stale_take_over: false,
         }
     }

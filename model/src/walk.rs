@@ -1,10 +1,12 @@
 //! Seeded random walks through the model: a sample of the paths the
 //! checker explores, for replay against the real stores.
 
+use std::collections::BTreeSet;
+
 use stateright::Model;
 
 use crate::protocol::{Action, Protocol};
-use crate::state::State;
+use crate::state::{Answer, Phase, State};
 
 /// One path: the states, and the action taken from each (the last state
 /// has none).
@@ -75,5 +77,85 @@ pub fn walks(model: &Protocol, seed: u64, count: usize, steps: usize) -> Vec<Wal
             }
             walk
         })
+        .collect()
+}
+
+/// What one step of a walk did to the protocol: the server's phase before
+/// and after (with the answer's kind), or the row before and after a trim.
+/// Walks that cover more of these make a better sample.
+pub fn transition(before: &State, action: Action, after: &State) -> Option<String> {
+    let phase = |p: &Phase| match p {
+        Phase::Respond { answer, .. } => format!("respond {}", answer_kind(*answer)),
+        other => format!("{other:?}")
+            .split([' ', '{'])
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    };
+    let row = |s: &State| {
+        s.row.map_or("none".to_owned(), |r| {
+            format!("{:?}", r.status)
+                .split([' ', '{'])
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+    };
+    match action {
+        Action::Step(server) => {
+            let s = usize::from(server);
+            Some(format!(
+                "{} -> {}",
+                phase(&before.servers[s]),
+                phase(&after.servers[s])
+            ))
+        }
+        Action::Trim => Some(format!("trim {} -> {}", row(before), row(after))),
+        _ => None,
+    }
+}
+
+fn answer_kind(answer: Answer) -> String {
+    match answer {
+        Answer::Executed { stored, .. } => format!("executed stored={stored}"),
+        Answer::Replayed { .. } => "replayed".to_owned(),
+        Answer::Rejected(r) => format!("{r:?}"),
+        Answer::Temporary => "temporary".to_owned(),
+        Answer::Unavailable => "unavailable".to_owned(),
+    }
+}
+
+/// `count` walks picked from `pool` seeded random walks, each time the one
+/// that adds the most [`transition`]s not yet covered.
+pub fn covering(model: &Protocol, seed: u64, pool: usize, count: usize, steps: usize) -> Vec<Walk> {
+    let mut candidates: Vec<(Walk, BTreeSet<String>)> = walks(model, seed, pool, steps)
+        .into_iter()
+        .map(|walk| {
+            let seen = transitions(&walk);
+            (walk, seen)
+        })
+        .collect();
+    let mut covered = BTreeSet::new();
+    let mut picked = Vec::new();
+    while picked.len() < count && !candidates.is_empty() {
+        let best = (0..candidates.len())
+            .max_by_key(|&i| {
+                let new = candidates[i].1.difference(&covered).count();
+                (new, std::cmp::Reverse(i))
+            })
+            .expect("a candidate");
+        let (walk, seen) = candidates.swap_remove(best);
+        covered.extend(seen);
+        picked.push(walk);
+    }
+    picked
+}
+
+/// The transitions `walk` makes.
+pub fn transitions(walk: &Walk) -> BTreeSet<String> {
+    walk.actions
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &a)| transition(&walk.states[i], a, &walk.states[i + 1]))
         .collect()
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use idemkey_core::{Decision, ExpiryPolicy, KeyProfile, OperationId, Stored, UnixMillis};
 use idemkey_model::{
     Action, Answer, Bounds, Mode, Phase, Protocol, Redo, Rejection, Row, State, Status, Walk,
-    fingerprint, walks,
+    covering, fingerprint, transitions,
 };
 use idemkey_server::db::{Db, PgSettings};
 use idemkey_server::idempotency::{
@@ -438,30 +438,6 @@ async fn replay(bounds: &Bounds, walks: &[Walk]) -> Vec<String> {
     divergences
 }
 
-/// What kinds of store call a sample makes, so a sample that stopped
-/// exercising one is noticed.
-fn calls(walks: &[Walk]) -> HashMap<&'static str, usize> {
-    let mut kinds = HashMap::new();
-    for walk in walks {
-        for (state, action) in walk.states.iter().zip(&walk.actions) {
-            let kind = match action {
-                Action::Step(s) => match state.servers[usize::from(*s)] {
-                    Phase::Claim { .. } => "claim",
-                    Phase::TakeOver { .. } => "take_over",
-                    Phase::Complete { .. } => "complete",
-                    Phase::Release { .. } => "release",
-                    _ => "other",
-                },
-                Action::Trim => "trim",
-                Action::Tick => "tick",
-                _ => continue,
-            };
-            *kinds.entry(kind).or_insert(0) += 1;
-        }
-    }
-    kinds
-}
-
 /// The shortest counterexample of the model with the stale take-over put
 /// back.
 fn stale_take_over_counterexample() -> Vec<Action> {
@@ -519,7 +495,7 @@ async fn the_replay_tells_the_defective_model_from_the_stores() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampled_paths_under_reject_give_the_models_outcomes() {
     let bounds = Bounds::small(Mode::Lease, ExpiryPolicy::Reject);
-    let sample = walks(&Protocol::new(bounds.clone()), 17, 12, 60);
+    let sample = covering(&Protocol::new(bounds.clone()), 17, 400, 12, 60);
     sampled(&bounds, &sample).await;
 }
 
@@ -527,16 +503,35 @@ async fn sampled_paths_under_reject_give_the_models_outcomes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampled_paths_under_reexecute_give_the_models_outcomes() {
     let bounds = Bounds::small(Mode::Lease, ExpiryPolicy::Reexecute);
-    let sample = walks(&Protocol::new(bounds.clone()), 29, 12, 60);
+    let sample = covering(&Protocol::new(bounds.clone()), 29, 400, 12, 60);
     sampled(&bounds, &sample).await;
 }
 
-/// Replays a sample that makes every kind of store call.
+/// Replays a sample that makes every kind of store call with each of its
+/// outcomes.
 async fn sampled(bounds: &Bounds, sample: &[Walk]) {
-    let kinds = calls(sample);
-    println!("store calls in the sample: {kinds:?}");
-    for kind in ["claim", "take_over", "complete", "release", "trim", "tick"] {
-        assert!(kinds.contains_key(kind), "the sample never calls {kind}");
+    let covered: std::collections::BTreeSet<String> = sample.iter().flat_map(transitions).collect();
+    println!("transitions in the sample: {covered:#?}");
+    let mut expected = vec![
+        "Claim -> Effect",
+        "Claim -> TakeOver",
+        "Claim -> respond replayed",
+        "Claim -> respond InProgress",
+        "Claim -> respond Reused",
+        "TakeOver -> Effect",
+        "Complete -> respond executed stored=true",
+        "Release -> respond temporary",
+        "trim Completed -> Tombstone",
+        "trim Tombstone -> none",
+    ];
+    if bounds.expiry == ExpiryPolicy::Reject {
+        expected.push("Claim -> respond Expired");
+    }
+    for transition in expected {
+        assert!(
+            covered.contains(transition),
+            "the sample never makes {transition}"
+        );
     }
     assert_eq!(replay(bounds, sample).await, Vec::<String>::new());
 }
