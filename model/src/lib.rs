@@ -27,11 +27,13 @@
 //! checker.assert_no_discovery(idemkey_model::properties::NEVER_OVERWRITTEN);
 //! ```
 
+mod bounds;
 pub mod properties;
 mod protocol;
 mod state;
 mod walk;
 
-pub use protocol::{ATTEMPTS, Action, Bounds, Mode, Protocol, same_state};
+pub use bounds::{ATTEMPTS, Action, Bounds, Mode};
+pub use protocol::{Protocol, same_state};
 pub use state::{Answer, Client, Ghost, Phase, Redo, Rejection, Row, State, Status, fingerprint};
 pub use walk::{Walk, covering, transition, transitions, walks};

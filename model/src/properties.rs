@@ -4,7 +4,8 @@
 use idemkey_core::ExpiryPolicy;
 use stateright::Property;
 
-use crate::protocol::{Action, Mode, Protocol};
+use crate::bounds::{Action, Mode};
+use crate::protocol::Protocol;
 use crate::state::{Answer, Phase, Rejection, State};
 
 /// Transactional mode: the effect commits at most once per key and window.

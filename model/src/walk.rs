@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use stateright::Model;
 
-use crate::protocol::{Action, Protocol};
+use crate::bounds::Action;
+use crate::protocol::Protocol;
 use crate::state::{Answer, Phase, State};
 
 /// One path: the states, and the action taken from each (the last state
