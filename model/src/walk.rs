@@ -1,0 +1,162 @@
+//! Seeded random walks through the model: a sample of the paths the
+//! checker explores, for replay against the real stores.
+
+use std::collections::BTreeSet;
+
+use stateright::Model;
+
+use crate::bounds::Action;
+use crate::protocol::Protocol;
+use crate::state::{Answer, Phase, State};
+
+/// One path: the states, and the action taken from each (the last state
+/// has none).
+#[derive(Clone, Debug)]
+pub struct Walk {
+    /// The states visited, starting with the initial one.
+    pub states: Vec<State>,
+    /// `actions[i]` leads from `states[i]` to `states[i + 1]`.
+    pub actions: Vec<Action>,
+}
+
+impl Walk {
+    /// The path that `actions` take from the initial state, as far as each
+    /// action is one the model allows (a counterexample of another model
+    /// stops where this one disagrees).
+    pub fn follow(model: &Protocol, actions: &[Action]) -> Self {
+        let mut states = vec![model.init()];
+        let mut taken = Vec::new();
+        for &action in actions {
+            let last = states.last().expect("the initial state");
+            let mut allowed = Vec::new();
+            model.actions(last, &mut allowed);
+            let Some(next) = allowed
+                .contains(&action)
+                .then(|| model.next_state(last, action))
+                .flatten()
+            else {
+                break;
+            };
+            states.push(next);
+            taken.push(action);
+        }
+        Self {
+            states,
+            actions: taken,
+        }
+    }
+}
+
+/// `count` walks of at most `steps` actions, each choosing among the
+/// enabled actions with a generator seeded by `seed` (the same seed gives
+/// the same walks).
+pub fn walks(model: &Protocol, seed: u64, count: usize, steps: usize) -> Vec<Walk> {
+    let mut rng = seed.max(1);
+    let mut next = move || {
+        // xorshift64: enough to pick among a dozen actions reproducibly.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    (0..count)
+        .map(|_| {
+            let mut walk = Walk {
+                states: vec![model.init()],
+                actions: Vec::new(),
+            };
+            for _ in 0..steps {
+                let last = walk.states.last().expect("the initial state");
+                let steps = model.next_steps(last);
+                if steps.is_empty() {
+                    break;
+                }
+                let pick = usize::try_from(next() % steps.len() as u64).unwrap_or(0);
+                let (action, state) = steps.into_iter().nth(pick).expect("in range");
+                walk.actions.push(action);
+                walk.states.push(state);
+            }
+            walk
+        })
+        .collect()
+}
+
+/// What one step of a walk did to the protocol: the server's phase before
+/// and after (with the answer's kind), or the row before and after a trim.
+/// Walks that cover more of these make a better sample.
+pub fn transition(before: &State, action: Action, after: &State) -> Option<String> {
+    let phase = |p: &Phase| match p {
+        Phase::Respond { answer, .. } => format!("respond {}", answer_kind(*answer)),
+        other => format!("{other:?}")
+            .split([' ', '{'])
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    };
+    let row = |s: &State| {
+        s.row.map_or("none".to_owned(), |r| {
+            format!("{:?}", r.status)
+                .split([' ', '{'])
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+    };
+    match action {
+        Action::Step(server) => {
+            let s = usize::from(server);
+            Some(format!(
+                "{} -> {}",
+                phase(&before.servers[s]),
+                phase(&after.servers[s])
+            ))
+        }
+        Action::Trim => Some(format!("trim {} -> {}", row(before), row(after))),
+        _ => None,
+    }
+}
+
+fn answer_kind(answer: Answer) -> String {
+    match answer {
+        Answer::Executed { stored, .. } => format!("executed stored={stored}"),
+        Answer::Replayed { .. } => "replayed".to_owned(),
+        Answer::Rejected(r) => format!("{r:?}"),
+        Answer::Temporary => "temporary".to_owned(),
+        Answer::Unavailable => "unavailable".to_owned(),
+    }
+}
+
+/// `count` walks picked from `pool` seeded random walks, each time the one
+/// that adds the most [`transition`]s not yet covered.
+pub fn covering(model: &Protocol, seed: u64, pool: usize, count: usize, steps: usize) -> Vec<Walk> {
+    let mut candidates: Vec<(Walk, BTreeSet<String>)> = walks(model, seed, pool, steps)
+        .into_iter()
+        .map(|walk| {
+            let seen = transitions(&walk);
+            (walk, seen)
+        })
+        .collect();
+    let mut covered = BTreeSet::new();
+    let mut picked = Vec::new();
+    while picked.len() < count && !candidates.is_empty() {
+        let best = (0..candidates.len())
+            .max_by_key(|&i| {
+                let new = candidates[i].1.difference(&covered).count();
+                (new, std::cmp::Reverse(i))
+            })
+            .expect("a candidate");
+        let (walk, seen) = candidates.swap_remove(best);
+        covered.extend(seen);
+        picked.push(walk);
+    }
+    picked
+}
+
+/// The transitions `walk` makes.
+pub fn transitions(walk: &Walk) -> BTreeSet<String> {
+    walk.actions
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &a)| transition(&walk.states[i], a, &walk.states[i + 1]))
+        .collect()
+}
