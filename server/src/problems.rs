@@ -99,7 +99,7 @@ impl ApiError {
         match self {
             Self::Problem(problem) => problem.clone(),
             Self::Store(StoreError::LockTimeout) => Problem::in_progress(LOCKED_RETRY_AFTER_SECS),
-            Self::Store(StoreError::Unavailable(_)) => {
+            Self::Store(StoreError::Unavailable(_) | StoreError::Unconfirmed(_)) => {
                 Problem::service_unavailable(UNAVAILABLE_RETRY_AFTER_SECS)
             }
         }
@@ -108,7 +108,9 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let Self::Store(StoreError::Unavailable(reason)) = &self {
+        if let Self::Store(StoreError::Unavailable(reason) | StoreError::Unconfirmed(reason)) =
+            &self
+        {
             // The reason stays in the log; the client gets the contract's 503.
             warn!(%reason, "answering 503");
         }

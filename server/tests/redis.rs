@@ -19,7 +19,7 @@ use idemkey_server::idempotency::{
 use idemkey_testkit::{RedisCluster, RedisNode};
 
 mod common;
-use common::{BIN, Server, age_records, count_records};
+use common::{BIN, Server, age_records, count_in_flight, count_records, eventually};
 
 const OPERATION: OperationId = OperationId::from_static("http:v1");
 
@@ -345,6 +345,83 @@ async fn waiting_for_a_replica_that_is_not_there_is_503_and_runs_nothing() {
     assert!(body.contains("unavailable"), "{body}");
     assert!(!body.contains("WAIT"), "internals stay in the log: {body}");
     assert_eq!(fixture.handler_runs().await, 0, "the claim was not durable");
+}
+
+/// A completion whose `WAIT` falls short (its replica stopped while the
+/// handler ran) is answered 503, never acknowledged; the retry with the same
+/// key replays what the master stored, and the handler ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfirmed_completion_is_503_and_the_retry_replays() {
+    let master = RedisNode::start().expect("start redis-server");
+    let port = master.port().to_string();
+    let replica =
+        RedisNode::start_with(&["--replicaof", "127.0.0.1", &port]).expect("start a replica");
+    let url = master.url();
+    let fixture = Server::fixture(&[
+        "--database-url",
+        &url,
+        "--redis-wait-replicas",
+        "1",
+        "--redis-wait-timeout",
+        "200ms",
+    ]);
+    let warm_up = AtomicUsize::new(0);
+    eventually("the replica acknowledges writes", async || {
+        let n = warm_up.fetch_add(1, Ordering::SeqCst);
+        post_echo(&fixture, &format!("\"warm-{n}\"")).await.0 == 201
+    })
+    .await;
+    let runs_before = fixture.handler_runs().await;
+
+    let slow = |fixture: &Server| {
+        fixture
+            .client
+            .post(format!("{}/slow?ms=3000", fixture.base))
+            .header("idempotency-key", "\"unconfirmed-1\"")
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+    };
+    // Warm-up claims whose WAIT fell short stay in flight until their lease.
+    let in_flight_before = count_in_flight(&url).await;
+    let first = tokio::spawn(slow(&fixture));
+    // The claim is confirmed (its WAIT passed) and the handler is running:
+    // stop the replica so that the completion's WAIT cannot pass.
+    eventually("the claim is in flight", async || {
+        first.is_finished() || count_in_flight(&url).await == in_flight_before + 1
+    })
+    .await;
+    if first.is_finished() {
+        let early = first.await.expect("task").expect("an answer");
+        let status = early.status();
+        panic!(
+            "the slow request ended before its claim was seen: {status} {}",
+            early.text().await.unwrap_or_default()
+        );
+    }
+    replica.freeze().expect("SIGSTOP the replica");
+    let answer = first.await.expect("task").expect("an answer");
+    replica.thaw().expect("SIGCONT the replica");
+    let status = answer.status().as_u16();
+    let body = answer.text().await.expect("body");
+    assert_eq!(
+        status, 503,
+        "an unconfirmed completion is not acknowledged: {body}"
+    );
+    assert!(!body.contains("WAIT"), "internals stay in the log: {body}");
+
+    let retry = slow(&fixture).await.expect("the retry's answer");
+    assert_eq!(retry.status().as_u16(), 200);
+    assert!(
+        retry.headers().get("idempotent-replayed").is_some(),
+        "the retry replays the stored answer"
+    );
+    assert_eq!(retry.text().await.expect("body"), "slept:3000");
+    assert_eq!(
+        fixture.handler_runs().await,
+        runs_before + 1,
+        "the handler ran once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,14 +11,16 @@
 //! - **lost acknowledgements**: operations acknowledged with a fresh 2xx
 //!   whose key, sent again after the failover, runs the handler again
 //!   instead of replaying;
-//! - **unconfirmed completions**: completions the store could not confirm
-//!   (the fixtures' "cannot store the response" warnings: with `WAIT`,
-//!   fewer replicas than asked for in time). The Layer still answers the
-//!   handler's response then: the effect happened.
+//! - **unconfirmed writes**: claims and completions the store could not
+//!   confirm (with `WAIT`, fewer replicas than asked for in time), each
+//!   answered 503 and never acknowledged; the client's retry replays the
+//!   stored answer or, if the failover lost it, runs the handler again.
 //!
 //! Replication is asynchronous, so without `WAIT` acknowledgements may be
-//! lost silently; with it, every completion the store confirmed is on the
-//! replica that takes over, so only unconfirmed ones may be lost.
+//! lost silently; with it, an acknowledgement is given only for a
+//! completion a replica holds. That replica may still lose the election to
+//! the other one (`WAIT` does not make Redis consistent), so the losses are
+//! measured and published, not asserted away.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -187,7 +189,11 @@ async fn failover(wait_replicas: &str) -> Figures {
         lost_acknowledgements: lost,
         unconfirmed_completions: fixtures
             .iter()
-            .map(|f| f.log().matches("cannot store the response").count())
+            .map(|f| {
+                f.log()
+                    .matches("replicas acknowledged the write in time")
+                    .count()
+            })
             .sum(),
         retries: retries.load(Ordering::SeqCst),
     };
@@ -225,7 +231,7 @@ async fn redis_failover_without_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_failover_with_wait_loses_no_acknowledgement() {
+async fn redis_failover_with_wait() {
     let figures = failover("1").await;
     assert!(
         figures.executions >= figures.operations as u64,
@@ -235,12 +241,11 @@ async fn redis_failover_with_wait_loses_no_acknowledgement() {
         figures.operations > figures.before_fault,
         "load ran through the fault"
     );
-    // A completion whose WAIT fails is not confirmed by the store; the
-    // Layer still gives the client the handler's answer (the effect
-    // happened), which a failover may then lose. Every confirmed one
-    // survives.
+    // A completion whose WAIT falls short is answered 503, never
+    // acknowledged: the client retried it, so it is not among the
+    // acknowledged operations sent again.
     assert!(
-        figures.lost_acknowledgements <= figures.unconfirmed_completions,
-        "{figures:?}"
+        figures.retries >= figures.unconfirmed_completions,
+        "every unconfirmed write was answered 503 and retried: {figures:?}"
     );
 }

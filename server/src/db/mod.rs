@@ -51,6 +51,12 @@ pub enum StoreError {
     /// The database is unreachable, timed out, or the outcome is unknown.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The write reached the store, which could not confirm that it would
+    /// survive a failover (e.g. fewer Redis replicas than asked for
+    /// acknowledged it in time): a completion that must not be
+    /// acknowledged to the client, since a failover may still lose it.
+    #[error("write not confirmed: {0}")]
+    Unconfirmed(String),
 }
 
 /// The answer to a call for a caller: the token is unknown, or the result.

@@ -311,6 +311,12 @@ where
             warn!("the claim was taken over while the effect ran; response not stored");
             false
         }
+        // The store holds the response but cannot promise a failover keeps
+        // it: acknowledging it could promise what a failover then loses,
+        // so the client gets 503 and its retry replays the stored answer
+        // (or, if a failover lost it, runs the effect again after the
+        // lease: at least once).
+        Err(err @ StoreError::Unconfirmed(_)) => return Err(err.into()),
         Err(err) if policy.mode == Mode::Lease => {
             // The effect happened outside the store: the client still gets
             // its answer, and a retry after the lease runs it again.

@@ -78,7 +78,7 @@ pub(super) async fn create(State(state): State<AppState>, request: Request) -> R
 fn outcome_of_error(err: &ApiError) -> &'static str {
     match err {
         ApiError::Store(StoreError::LockTimeout) => "in_progress",
-        ApiError::Store(StoreError::Unavailable(_)) => "unavailable",
+        ApiError::Store(StoreError::Unavailable(_) | StoreError::Unconfirmed(_)) => "unavailable",
         ApiError::Problem(problem) => match problem.code() {
             ProblemCode::Unauthorized => "unauthorized",
             ProblemCode::ServiceUnavailable => "unavailable",

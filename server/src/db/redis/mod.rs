@@ -26,10 +26,10 @@
 //! `WAIT n timeout` after each claim and completion (pipelined with the
 //! script, on the same connection), so the request goes on only once `n`
 //! replicas hold the write. If they do not within the timeout the call
-//! fails: a claim answers 503 before the handler runs; a completion is not
-//! confirmed (the Layer, in lease mode, still answers the handler's
-//! response, since the effect happened, and logs "cannot store the
-//! response").
+//! fails with [`StoreError::Unconfirmed`]: a claim answers 503 before the
+//! handler runs; a completion answers 503 too, never an acknowledgement a
+//! failover could take back (the client's retry replays the stored answer,
+//! or runs the handler again after the lease if a failover lost it).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -251,7 +251,7 @@ impl RedisDb {
         }
         let (value, acknowledged) = result.map_err(|e| unavailable(&e))?;
         if acknowledged < i64::from(wanted) {
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::Unconfirmed(format!(
                 "redis: WAIT: {acknowledged} of {wanted} replicas acknowledged the write in time"
             )));
         }
