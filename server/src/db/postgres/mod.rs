@@ -38,6 +38,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "one_records_table",
         include_str!("migrations/0003_one_records_table.sql"),
     ),
+    (
+        5,
+        "account_first_keys",
+        include_str!("migrations/0005_account_first_keys.sql"),
+    ),
 ];
 
 /// Key of the advisory lock that serialises migrations between processes.

@@ -40,6 +40,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "one_records_table",
         include_str!("migrations/0003_one_records_table.sql"),
     ),
+    (
+        5,
+        "account_first_keys",
+        include_str!("migrations/0005_account_first_keys.sql"),
+    ),
 ];
 
 /// How long a write waits for another process's write lock (then 503).
