@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, TransactionBehavior, params};
@@ -71,7 +71,7 @@ impl SqliteDb {
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let for_open = path.clone();
-        let conn = tokio::task::spawn_blocking(move || open_connection(&for_open))
+        let conn = tokio::task::spawn_blocking(move || open_waiting(&for_open))
             .await
             .map_err(|e| StoreError::Unavailable(format!("open task: {e}")))?
             .map_err(sqlite_error)?;
@@ -222,6 +222,32 @@ pub(super) fn immediate(conn: &mut Connection) -> Result<rusqlite::Transaction<'
         .map_err(sqlite_error)
 }
 
+/// [`open_connection`], tried again for up to [`BUSY_TIMEOUT`] while
+/// another process holds a lock that SQLite reports at once instead of
+/// waiting for: switching a new file to WAL upgrades a read lock to an
+/// exclusive one, and SQLite never runs the busy handler for such an upgrade
+/// (it could deadlock), so two processes opening one new file at once could
+/// fail with `SQLITE_BUSY` in a millisecond.
+fn open_waiting(path: &Path) -> Result<Connection, rusqlite::Error> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match open_connection(path) {
+            Err(err) if is_busy(&err) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether another connection's lock made a statement fail.
+fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
 /// Opens an SQLite file the way every idemkey store does (busy timeout, WAL,
 /// `synchronous = FULL` so a commit survives a power loss, foreign keys on)
 /// and applies the migrations not yet recorded in `schema_migrations`, under
@@ -273,10 +299,56 @@ fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error> {
 /// past the busy timeout is overload (503), like every other failure.
 pub(crate) fn sqlite_error(err: rusqlite::Error) -> StoreError {
     let code = err.sqlite_error_code();
-    if code == Some(ErrorCode::DatabaseBusy) || code == Some(ErrorCode::DatabaseLocked) {
+    if is_busy(&err) {
         warn!("SQLite write lock wait timed out");
         return StoreError::Unavailable("database is busy".into());
     }
     warn!(code = ?code, error = %err, "SQLite error");
     StoreError::Unavailable(format!("sqlite: {code:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new file in rollback mode whose write lock another connection
+    /// holds for 300 ms, then releases.
+    fn writer_for_a_moment(path: &Path) -> std::thread::JoinHandle<()> {
+        let writer = Connection::open(path).expect("open");
+        writer
+            .execute_batch("CREATE TABLE t (x); BEGIN IMMEDIATE; INSERT INTO t VALUES (1);")
+            .expect("write transaction");
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            writer.execute_batch("COMMIT").expect("commit");
+        })
+    }
+
+    fn new_file() -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("idemkey-open-{}", Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.db");
+        (dir, path)
+    }
+
+    #[test]
+    fn switching_to_wal_under_a_writer_fails_without_waiting() {
+        // The lock is gone after 300 ms, well inside the busy timeout, yet
+        // the plain open fails: SQLite did not wait.
+        let (dir, path) = new_file();
+        let writer = writer_for_a_moment(&path);
+        let err = open_connection(&path).expect_err("busy under the writer");
+        assert!(is_busy(&err), "{err}");
+        writer.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn opening_waits_for_the_writer_instead_of_failing() {
+        let (dir, path) = new_file();
+        let writer = writer_for_a_moment(&path);
+        open_waiting(&path).expect("open once the writer is done");
+        writer.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
