@@ -39,10 +39,11 @@ impl ConnInfo {
 /// Whether `s` is libpq's `key=value` form (`host=db dbname=app …`)
 /// rather than a URL.
 pub(crate) fn is_key_value(s: &str) -> bool {
-    !s.contains("://")
-        && s.split_whitespace()
-            .next()
-            .is_some_and(|first| first.contains('='))
+    let s = s.trim_start();
+    let keyword = s
+        .find(|c: char| c.is_whitespace() || c == '=')
+        .unwrap_or(s.len());
+    !s.contains("://") && keyword > 0 && s[keyword..].trim_start().starts_with('=')
 }
 
 /// Splits `url` into what tokio-postgres parses and our TLS parameters.

@@ -370,6 +370,12 @@ mod tests {
     }
 
     #[test]
+    fn tokio_postgres_errors_keep_their_cause() {
+        let msg = mode_error("host=h sslmode=require sslcert=/etc/client.crt");
+        assert!(msg.contains("unknown option `sslcert`"), "{msg}");
+    }
+
+    #[test]
     fn system_roots_demand_verify_full() {
         let msg = mode_error("postgres://h/db?sslrootcert=system&sslmode=require");
         assert!(
