@@ -280,3 +280,41 @@ fn system_roots_do_not_trust_a_private_ca() {
         "sslmode=require may not be used with sslrootcert=system",
     );
 }
+
+#[test]
+fn a_password_login_is_bound_to_the_tls_channel() {
+    let mut env = tls_env();
+    env.sql(&format!(
+        "SET password_encryption = 'scram-sha-256';\n\
+         CREATE ROLE app LOGIN PASSWORD 'pw-1';\n\
+         ALTER DATABASE {} OWNER TO app;",
+        env.db
+    ));
+    let hba = env.cluster().data_dir().join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+    std::fs::write(
+        &hba,
+        format!("hostssl all app 127.0.0.1/32 scram-sha-256\n{rules}"),
+    )
+    .expect("write pg_hba.conf");
+    // Reloads the configuration (pg_hba.conf with it) and waits for it.
+    env.cluster_mut()
+        .set_setting("password_encryption", "scram-sha-256")
+        .expect("reload");
+    let login = |password: &str| {
+        format!(
+            "postgres://app:{password}@{SERVER_NAME}:{}/{}?sslmode=verify-full&{}&channel_binding=require",
+            env.cluster().port(),
+            env.db,
+            right_ca(&env)
+        )
+    };
+    // SCRAM-SHA-256-PLUS: the password proof covers the server's certificate.
+    let out = migrate(&login("pw-1"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        env.sql("SELECT tableowner FROM pg_tables WHERE tablename = 'orders'"),
+        "app"
+    );
+    assert_refused(&migrate(&login("pw-2")), "password authentication failed");
+}
