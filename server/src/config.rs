@@ -53,8 +53,9 @@ pub enum AccountCommand {
 /// Where the data lives.
 #[derive(Clone, Debug, Args)]
 pub struct DatabaseArgs {
-    /// postgres://user@host:5432/db or sqlite://PATH; default
-    /// sqlite://idemkey.db in the working directory.
+    /// postgres://user@host:5432/db (TLS: ?sslmode=verify-full&sslrootcert=FILE,
+    /// as in libpq) or sqlite://PATH; default sqlite://idemkey.db in the
+    /// working directory.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: Option<String>,
 }

@@ -68,8 +68,10 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod redis;
+mod tls;
 
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
+pub use tls::{PgTls, SERVER_NAME};
 
 /// Where Debian's PostgreSQL 15 server binaries live; the first place looked
 /// at after `$IDEMKEY_PG_BIN`.
@@ -100,6 +102,7 @@ pub struct PgOptions {
     bin_dir: Option<PathBuf>,
     dir: Option<PathBuf>,
     port: Option<u16>,
+    tls_only: bool,
 }
 
 impl Default for PgOptions {
@@ -111,6 +114,7 @@ impl Default for PgOptions {
             bin_dir: None,
             dir: None,
             port: None,
+            tls_only: false,
         }
     }
 }
@@ -169,6 +173,15 @@ impl PgOptions {
         self.port = Some(port);
         self
     }
+
+    /// TLS only over TCP: `ssl = on` with a server certificate for
+    /// [`SERVER_NAME`] signed by a CA made for this cluster, and
+    /// `pg_hba.conf` with `hostssl` lines only (the Unix socket, which the
+    /// testkit's own clients use, stays open). See [`PgCluster::tls`].
+    pub fn tls_only(mut self) -> Self {
+        self.tls_only = true;
+        self
+    }
 }
 
 /// A database created by [`PgCluster::fresh_database`].
@@ -198,6 +211,7 @@ pub struct PgCluster {
     running: bool,
     detached: bool,
     watchdog: Option<Child>,
+    tls: Option<PgTls>,
 }
 
 impl PgCluster {
@@ -240,8 +254,15 @@ impl PgCluster {
             running: false,
             detached: false,
             watchdog: None,
+            tls: None,
         };
         cluster.prepare_dirs()?;
+        if options.tls_only {
+            let tools = &cluster.tools;
+            cluster.tls = Some(PgTls::prepare(&cluster.root, &cluster.data, |p| {
+                tools.give(p)
+            })?);
+        }
         if !temporary && cluster.tools.status(&cluster.data)? {
             cluster.port = read_pid_file_port(&cluster.data)?;
             cluster.running = true;
@@ -290,6 +311,11 @@ impl PgCluster {
             self.port,
             percent_encode(db)
         )
+    }
+
+    /// The certificates of a [`PgOptions::tls_only`] cluster.
+    pub fn tls(&self) -> Option<&PgTls> {
+        self.tls.as_ref()
     }
 
     /// The TCP port the server listens on, on `127.0.0.1`.
@@ -511,11 +537,16 @@ impl PgCluster {
             ("max_connections", max_connections.as_str()),
             ("fsync", if options.fsync { "on" } else { "off" }),
         ];
+        let tls = match &self.tls {
+            Some(tls) => tls.settings()?,
+            None => Vec::new(),
+        };
+        let tls = tls.iter().map(|(name, value)| (*name, value.as_str()));
         let extra = options
             .settings
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_str()));
-        for (name, value) in fixed.into_iter().chain(extra) {
+        for (name, value) in fixed.into_iter().chain(tls).chain(extra) {
             conf.push_str(&format!("{name} = {}\n", quote(value)));
         }
         let path = self.data.join("idemkey.conf");

@@ -140,7 +140,8 @@ macro_rules! each {
 
 impl Db {
     /// Opens the database a URL names and applies pending migrations:
-    /// `postgres://...` (or `postgresql://`), `sqlite://PATH` (relative to
+    /// `postgres://...` (or `postgresql://`, or libpq's `host=... dbname=...`
+    /// form; TLS by `sslmode` and `sslrootcert` as in libpq), `sqlite://PATH` (relative to
     /// the working directory; `sqlite:///abs/path` for an absolute one), or
     /// a Redis node or cluster (see [`Db::open_with`]) with default settings.
     pub async fn open(url: &str, settings: &PgSettings) -> Result<Self, StoreError> {
@@ -157,7 +158,10 @@ impl Db {
     ) -> Result<Self, StoreError> {
         if redis::is_redis_url(url) {
             Ok(Self::Redis(RedisDb::connect(url, redis).await?))
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        } else if url.starts_with("postgres://")
+            || url.starts_with("postgresql://")
+            || postgres::is_key_value(url)
+        {
             Ok(Self::Postgres(PgDb::connect(url, settings).await?))
         } else if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
@@ -169,7 +173,9 @@ impl Db {
         } else {
             // The URL may hold a password: never repeat it.
             Err(StoreError::Unavailable(
-                "unknown database URL: use postgres://..., sqlite://PATH or redis://...".into(),
+                "unknown database URL: use postgres://... (or libpq's host=... form), \
+                 sqlite://PATH or redis://..."
+                    .into(),
             ))
         }
     }

@@ -11,17 +11,19 @@ use std::time::Duration;
 use deadpool_postgres::{
     Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Timeouts,
 };
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::{AccountId, PoolStatus, StoreError, TokenHash};
 
+mod conninfo;
 mod orders;
 mod records;
+mod tls;
 mod transaction;
 
+pub(crate) use conninfo::is_key_value;
 pub use records::PgRecords;
 pub use transaction::{run_in_transaction, set_lock_timeout};
 
@@ -93,21 +95,23 @@ impl PgDb {
     /// Builds the pool for `url` (connections open lazily) and applies
     /// pending migrations.
     pub async fn connect(url: &str, settings: &PgSettings) -> Result<Self, StoreError> {
-        let mut config: tokio_postgres::Config = url
-            .parse()
+        let (mut config, tls) = tls::configure(url)
             .map_err(|e| StoreError::Unavailable(format!("invalid database URL: {e}")))?;
-        config.options(format!(
-            "-c lock_timeout={} -c statement_timeout={}",
-            settings.lock_timeout.as_millis(),
-            settings.statement_timeout.as_millis()
-        ));
+        conninfo::add_options(
+            &mut config,
+            &format!(
+                "-c lock_timeout={} -c statement_timeout={}",
+                settings.lock_timeout.as_millis(),
+                settings.statement_timeout.as_millis()
+            ),
+        );
         config.connect_timeout(settings.connect_timeout);
         if config.get_application_name().is_none() {
             config.application_name("idemkey-server");
         }
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -300,8 +304,9 @@ pub(crate) fn db_error(err: tokio_postgres::Error) -> StoreError {
         );
         return StoreError::Unavailable(format!("{}: {}", db.code().code(), db.message()));
     }
-    warn!(closed = err.is_closed(), error = %err, "database connection error");
-    StoreError::Unavailable(err.to_string())
+    let message = tls::describe(&err);
+    warn!(closed = err.is_closed(), error = %message, "database connection error");
+    StoreError::Unavailable(message)
 }
 
 fn pool_error(err: PoolError) -> StoreError {
