@@ -21,8 +21,11 @@ const params = new URLSearchParams(location.search);
 
 /**
  * The demo accounts, [{name, token}]: a #token= fragment (one account), else
- * this browser's copy, else GET /demo/tokens (demo mode only; GET
- * /demo/token on an older server). A stored list wins over the server's.
+ * GET /demo/tokens (demo mode only; GET /demo/token on an older server),
+ * else this browser's copy. The server's list wins over a stored one: demo
+ * mode replaces its tokens at every start, so a copy from an earlier start
+ * gets 401; the copy serves when the server is unreachable or not in demo
+ * mode (a token given once by fragment).
  */
 async function demoAccounts() {
   const fragment = new URLSearchParams(location.hash.slice(1));
@@ -32,8 +35,6 @@ async function demoAccounts() {
     history.replaceState(null, "", location.pathname + location.search);
     return accounts;
   }
-  const stored = JSON.parse(localStorage.getItem(ACCOUNTS_KEY) ?? "null");
-  if (Array.isArray(stored) && stored.length > 0) return stored;
   for (const [path, read] of [
     ["/demo/tokens", (body) => body.accounts],
     ["/demo/token", (body) => (body.token ? [{ name: "demo", token: body.token }] : null)],
@@ -47,9 +48,11 @@ async function demoAccounts() {
         return accounts;
       }
     } catch {
-      // no demo mode: the page asks for a #token= fragment
+      // offline, or no demo mode: this browser's copy, else a #token= fragment
     }
   }
+  const stored = JSON.parse(localStorage.getItem(ACCOUNTS_KEY) ?? "null");
+  if (Array.isArray(stored) && stored.length > 0) return stored;
   return [];
 }
 

@@ -55,6 +55,7 @@ pub mod request_id;
 pub mod routes;
 pub mod serve;
 pub mod telemetry;
+pub mod token_usage;
 
 pub use db::Db;
 pub use serve::{ConnectionControl, serve};
@@ -117,6 +118,7 @@ struct Inner {
     settings: Settings,
     lose_next_response: AtomicBool,
     metrics: Arc<metrics::Metrics>,
+    token_usage: Arc<token_usage::TokenUsage>,
 }
 
 impl AppState {
@@ -130,6 +132,7 @@ impl AppState {
                 settings,
                 lose_next_response: AtomicBool::new(false),
                 metrics,
+                token_usage: Arc::default(),
             }),
         }
     }
@@ -142,6 +145,12 @@ impl AppState {
     /// The metrics of `GET /metrics`.
     pub fn metrics(&self) -> &Arc<metrics::Metrics> {
         &self.inner.metrics
+    }
+
+    /// The tokens that authenticated a request since the last flush of
+    /// their `last_used_at` (see [`token_usage`]).
+    pub fn token_usage(&self) -> &Arc<token_usage::TokenUsage> {
+        &self.inner.token_usage
     }
 
     /// The settings.
