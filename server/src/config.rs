@@ -170,7 +170,7 @@ pub struct ServeArgs {
     /// each start and served at /demo/tokens), the js-demo page at `/` and
     /// the `POST /demo/lose-next-response` switch. Only with a loopback
     /// --bind (127.0.0.1, ::1); /demo/* refuses cross-site requests.
-    #[arg(long, env = "IDEMKEY_DEMO")]
+    #[arg(long, env = "IDEMKEY_DEMO", value_parser = clap::builder::BoolishValueParser::new())]
     pub demo: bool,
     /// Directory of the demo's static files.
     #[arg(long, env = "IDEMKEY_DEMO_DIR", default_value = "js-demo")]
