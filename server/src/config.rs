@@ -340,6 +340,47 @@ mod tests {
         assert!(args.validate().is_ok());
     }
 
+    fn serve(args: &[&str]) -> ServeArgs {
+        let cli = Cli::try_parse_from([&["idemkey-server", "serve"], args].concat()).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("serve")
+        };
+        args
+    }
+
+    #[test]
+    fn the_tombstone_must_outlive_the_replay_window() {
+        for (replay, tombstone) in [("1h", "1h"), ("2d", "1d")] {
+            let err = serve(&["--replay-ttl", replay, "--tombstone-ttl", tombstone])
+                .validate_with(None)
+                .unwrap_err();
+            assert!(err.contains("must be longer than --replay-ttl"), "{err}");
+        }
+        let ok = serve(&["--replay-ttl", "1h", "--tombstone-ttl", "61m"]);
+        assert_eq!(ok.validate_with(None), Ok(()));
+    }
+
+    #[test]
+    fn demo_mode_needs_a_loopback_bind() {
+        for bind in ["0.0.0.0:3000", "[::]:3000", "192.0.2.1:3000"] {
+            let err = serve(&["--demo", "--bind", bind])
+                .validate_with(None)
+                .unwrap_err();
+            assert!(err.contains("needs a loopback --bind"), "{bind}: {err}");
+        }
+        for bind in ["127.0.0.1:3000", "127.0.0.2:0", "[::1]:3000"] {
+            assert_eq!(
+                serve(&["--demo", "--bind", bind]).validate_with(None),
+                Ok(()),
+                "{bind}"
+            );
+        }
+        assert_eq!(
+            serve(&["--bind", "0.0.0.0:3000"]).validate_with(None),
+            Ok(())
+        );
+    }
+
     #[cfg(feature = "test-faults")]
     #[test]
     fn test_faults_need_the_environment_switch() {
