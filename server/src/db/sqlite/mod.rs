@@ -155,8 +155,9 @@ pub(super) fn immediate(conn: &mut Connection) -> Result<rusqlite::Transaction<'
         .map_err(sqlite_error)
 }
 
-/// Opens an SQLite file the way every idemkey store does (created 0600, busy timeout, WAL,
-/// `synchronous = FULL` so a commit survives a power loss, foreign keys on)
+/// Opens an SQLite file the way every idemkey store does (created 0600, busy
+/// timeout, WAL, `synchronous = FULL` so a commit survives a power loss,
+/// foreign keys on)
 /// and applies the migrations not yet recorded in `schema_migrations`, under
 /// the write lock, so two processes starting at once migrate once.
 fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error> {
