@@ -76,8 +76,8 @@ pub struct Settings {
     pub test_faults: bool,
     /// Directory of the demo's static files, when demo mode is on.
     pub demo_dir: Option<std::path::PathBuf>,
-    /// The demo account's token, served at `GET /demo/token` in demo mode
-    /// (a local demo only: the server binds to 127.0.0.1 by default).
+    /// The first demo account's token for this start, served at
+    /// `GET /demo/token` in demo mode (which refuses a non-loopback bind).
     pub demo_token: Option<String>,
     /// Longest wait for a request body once its head has arrived; past it
     /// the request is answered 400 and its connection closed.
