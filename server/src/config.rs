@@ -281,8 +281,8 @@ impl ServeArgs {
         if self.tombstone_ttl <= self.replay_ttl {
             return Err(format!(
                 "--tombstone-ttl (IDEMKEY_TOMBSTONE_TTL, {}) must be longer than --replay-ttl \
-                 (IDEMKEY_REPLAY_TTL, {}): after the replay window, the tombstone is what \
-                 answers 410 instead of creating a second order",
+                 (IDEMKEY_REPLAY_TTL, {}): after the replay window only the tombstone still \
+                 knows the key (410, or 422 for another payload)",
                 crate::operator::human_duration(self.tombstone_ttl),
                 crate::operator::human_duration(self.replay_ttl),
             ));
