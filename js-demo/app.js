@@ -14,26 +14,33 @@ import init, { defaultRetryPolicy, orderOperation, validateOrder } from "./pkg/i
 import { SYNC_TAG, saveAccounts } from "./worker-accounts.js";
 
 const ACCOUNTS_KEY = "idemkey-demo-accounts";
+/** Where the stored accounts came from: "fragment" (kept) or "server" (asked again at each load; also a copy stored before this key existed). */
+const ACCOUNTS_SOURCE_KEY = "idemkey-demo-accounts-source";
 const CURRENT_KEY = "idemkey-demo-account";
 const HISTORY_KEY = "idemkey-demo-keys";
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 
 /**
- * The demo accounts, [{name, token}]: a #token= fragment (one account), else
- * this browser's copy, else GET /demo/tokens (demo mode only; GET
- * /demo/token on an older server). A stored list wins over the server's.
+ * The demo accounts, [{name, token}]: a #token= fragment (one account, kept
+ * in this browser and used on later loads too), else GET /demo/tokens (demo
+ * mode only; GET /demo/token on an older server), else this browser's copy
+ * of them. The server's list is asked for at every load: demo mode replaces
+ * its tokens at each start, so a copy from an earlier start gets 401; the
+ * copy serves only when the server cannot be reached.
  */
 async function demoAccounts() {
   const fragment = new URLSearchParams(location.hash.slice(1));
   if (fragment.get("token")) {
     const accounts = [{ name: fragment.get("name") ?? "account", token: fragment.get("token") }];
     localStorage.setItem(ACCOUNTS_KEY, JSON.stringify(accounts));
+    localStorage.setItem(ACCOUNTS_SOURCE_KEY, "fragment");
     history.replaceState(null, "", location.pathname + location.search);
     return accounts;
   }
   const stored = JSON.parse(localStorage.getItem(ACCOUNTS_KEY) ?? "null");
-  if (Array.isArray(stored) && stored.length > 0) return stored;
+  const usable = Array.isArray(stored) && stored.length > 0;
+  if (usable && localStorage.getItem(ACCOUNTS_SOURCE_KEY) === "fragment") return stored;
   for (const [path, read] of [
     ["/demo/tokens", (body) => body.accounts],
     ["/demo/token", (body) => (body.token ? [{ name: "demo", token: body.token }] : null)],
@@ -44,13 +51,14 @@ async function demoAccounts() {
       const accounts = read(await response.json());
       if (Array.isArray(accounts) && accounts.length > 0) {
         localStorage.setItem(ACCOUNTS_KEY, JSON.stringify(accounts));
+        localStorage.setItem(ACCOUNTS_SOURCE_KEY, "server");
         return accounts;
       }
     } catch {
-      // no demo mode: the page asks for a #token= fragment
+      // offline, or no demo mode: this browser's copy, else a #token= fragment
     }
   }
-  return [];
+  return usable ? stored : [];
 }
 
 /** A short SHA-256 of the token: the client's scope, without storing the token again. */

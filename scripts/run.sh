@@ -4,8 +4,9 @@
 # Builds the browser package (installing the wasm32 target, wasm-bindgen-cli
 # at the version in Cargo.lock and the npm tools when missing), then starts
 # the order service with its demo on the embedded SQLite store
-# (./idemkey.db), on http://127.0.0.1:3000/. The demo account's token is
-# printed at start-up. Stop with Ctrl-C.
+# (./idemkey.db), on http://127.0.0.1:3000/. The demo account's token (a new
+# one at each start, the previous one revoked) is printed at start-up. Stop
+# with Ctrl-C.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}"

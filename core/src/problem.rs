@@ -43,8 +43,12 @@ pub enum ProblemCode {
     PayloadTooLarge,
     /// 415: the body is not `application/json`.
     UnsupportedMediaType,
-    /// 401: missing or unknown credentials.
+    /// 401: missing, unknown or revoked credentials.
     Unauthorized,
+    /// 403: a browser sent this request from another site (its
+    /// `Sec-Fetch-Site` or `Origin` says so) to an endpoint that serves only
+    /// its own page, such as the local demo's switches and tokens.
+    CrossSiteRequest,
     /// 404: no such resource for this account.
     NotFound,
     /// 405: the method is not allowed on this resource.
@@ -56,7 +60,7 @@ pub enum ProblemCode {
 
 impl ProblemCode {
     /// Every code, in documentation order.
-    pub const ALL: [ProblemCode; 12] = [
+    pub const ALL: [ProblemCode; 13] = [
         Self::IdempotencyKeyMissing,
         Self::IdempotencyKeyInvalid,
         Self::IdempotencyKeyReused,
@@ -66,6 +70,7 @@ impl ProblemCode {
         Self::PayloadTooLarge,
         Self::UnsupportedMediaType,
         Self::Unauthorized,
+        Self::CrossSiteRequest,
         Self::NotFound,
         Self::MethodNotAllowed,
         Self::ServiceUnavailable,
@@ -83,6 +88,7 @@ impl ProblemCode {
             Self::PayloadTooLarge => "payload-too-large",
             Self::UnsupportedMediaType => "unsupported-media-type",
             Self::Unauthorized => "unauthorized",
+            Self::CrossSiteRequest => "cross-site-request",
             Self::NotFound => "not-found",
             Self::MethodNotAllowed => "method-not-allowed",
             Self::ServiceUnavailable => "service-unavailable",
@@ -99,6 +105,7 @@ impl ProblemCode {
         match self {
             Self::IdempotencyKeyMissing | Self::IdempotencyKeyInvalid | Self::RequestInvalid => 400,
             Self::Unauthorized => 401,
+            Self::CrossSiteRequest => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::IdempotencyRequestInProgress => 409,
@@ -125,6 +132,7 @@ impl ProblemCode {
             Self::PayloadTooLarge => "Payload too large",
             Self::UnsupportedMediaType => "Unsupported media type",
             Self::Unauthorized => "Unauthorized",
+            Self::CrossSiteRequest => "Cross-site request refused",
             Self::NotFound => "Not found",
             Self::MethodNotAllowed => "Method not allowed",
             Self::ServiceUnavailable => "Service unavailable",
@@ -308,6 +316,15 @@ impl Problem {
         Self::new(
             ProblemCode::Unauthorized,
             "Send a valid API token as Authorization: Bearer <token>.",
+        )
+    }
+
+    /// 403: a request from another site (or another host name) to an
+    /// endpoint that answers only its own page.
+    pub fn cross_site_request() -> Self {
+        Self::new(
+            ProblemCode::CrossSiteRequest,
+            "This endpoint answers only requests from its own page on this host. Open the page served here instead of calling it from another site.",
         )
     }
 

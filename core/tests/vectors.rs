@@ -277,6 +277,7 @@ fn problem_vectors() {
             "key_expired" => Problem::key_expired(entry["lookup"].as_str().map(str::to_owned)),
             "service_unavailable" => Problem::service_unavailable(secs.unwrap()),
             "unauthorized" => Problem::unauthorized(),
+            "cross_site_request" => Problem::cross_site_request(),
             "not_found" => Problem::not_found(),
             "unsupported_media_type" => Problem::unsupported_media_type(),
             "payload_too_large" => Problem::payload_too_large(

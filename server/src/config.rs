@@ -1,5 +1,5 @@
-//! The command line: `serve`, `migrate` and `account create`, each flag with
-//! an environment-variable fallback.
+//! The command line: `serve`, `migrate`, `account` and `token`, each flag
+//! with an environment-variable fallback.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,6 +31,10 @@ pub enum Command {
     /// Manage accounts.
     #[command(subcommand)]
     Account(AccountCommand),
+    /// Manage API tokens: create, list (ids and times, never the token) and
+    /// revoke (refused by every server process from the next request on).
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Serve the conformance fixture: test routes behind the idempotency
     /// layer (a conformance fixture for third-party suites; part of the
     /// binary, not of the library).
@@ -44,6 +48,44 @@ pub enum AccountCommand {
     Create {
         /// The account's display name.
         name: String,
+        /// Where the data lives.
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// List the accounts: id, created, tokens not revoked, kind, name.
+    List {
+        /// Where the data lives.
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
+
+/// `token` subcommands. ACCOUNT is an account's id, or its name when
+/// exactly one account has that name (names are not unique).
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Add a token to an account; the token is shown once, as the last line
+    /// of stdout.
+    Create {
+        /// The account's id, or its name if no other account has it.
+        account: String,
+        /// Where the data lives.
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// List an account's tokens: id, created, last used (to within the
+    /// servers' --token-last-used-interval), revoked.
+    List {
+        /// The account's id, or its name if no other account has it.
+        account: String,
+        /// Where the data lives.
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Revoke a token by its id (from `token list`).
+    Revoke {
+        /// The token's id.
+        id: uuid::Uuid,
         /// Where the data lives.
         #[command(flatten)]
         database: DatabaseArgs,
@@ -117,12 +159,19 @@ pub struct ServeArgs {
     /// How long in-flight requests may take to finish after SIGTERM.
     #[arg(long, env = "IDEMKEY_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// How often each process writes its tokens' `last_used_at` (one
+    /// UPDATE per interval, never one per request): `token list` shows the
+    /// last use to within this interval.
+    #[arg(long, env = "IDEMKEY_TOKEN_LAST_USED_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub token_last_used_interval: Duration,
     /// Log format.
     #[arg(long, env = "IDEMKEY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Demo mode: a demo account, the js-demo page at `/` and the
-    /// `POST /demo/lose-next-response` switch. Local use only.
-    #[arg(long, env = "IDEMKEY_DEMO")]
+    /// Demo mode: two demo accounts of its own (their tokens rotated at
+    /// each start and served at /demo/tokens), the js-demo page at `/` and
+    /// the `POST /demo/lose-next-response` switch. Only with a loopback
+    /// --bind (127.0.0.1, ::1); /demo/* refuses cross-site requests.
+    #[arg(long, env = "IDEMKEY_DEMO", value_parser = clap::builder::BoolishValueParser::new())]
     pub demo: bool,
     /// Directory of the demo's static files.
     #[arg(long, env = "IDEMKEY_DEMO_DIR", default_value = "js-demo")]
@@ -230,8 +279,25 @@ impl ServeArgs {
                 "--test-faults is for tests only and needs {ALLOW_TEST_FAULTS_ENV}=1"
             ));
         }
-        if self.tombstone_ttl < self.replay_ttl {
-            return Err("--tombstone-ttl must be at least --replay-ttl".into());
+        if self.tombstone_ttl <= self.replay_ttl {
+            return Err(format!(
+                "--tombstone-ttl (IDEMKEY_TOMBSTONE_TTL, {}) must be longer than --replay-ttl \
+                 (IDEMKEY_REPLAY_TTL, {}): after the replay window only the tombstone still \
+                 knows the key (410, or 422 for another payload)",
+                crate::operator::human_duration(self.tombstone_ttl),
+                crate::operator::human_duration(self.replay_ttl),
+            ));
+        }
+        if self.demo && !self.bind.ip().is_loopback() {
+            return Err(format!(
+                "--demo (IDEMKEY_DEMO) serves its accounts' tokens without authentication: it \
+                 needs a loopback --bind such as 127.0.0.1:{port} or [::1]:{port}, not {}",
+                self.bind,
+                port = self.bind.port(),
+            ));
+        }
+        if self.token_last_used_interval.is_zero() {
+            return Err("--token-last-used-interval must be longer than 0".into());
         }
         if self.body_read_timeout.is_zero() {
             return Err("--body-read-timeout must be longer than 0".into());
@@ -273,6 +339,47 @@ mod tests {
         assert_eq!(args.expiry_policy, ExpiryPolicy::Reject);
         assert_eq!(args.body_read_timeout, Duration::from_secs(10));
         assert!(args.validate().is_ok());
+    }
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        let cli = Cli::try_parse_from([&["idemkey-server", "serve"], args].concat()).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!("serve")
+        };
+        args
+    }
+
+    #[test]
+    fn the_tombstone_must_outlive_the_replay_window() {
+        for (replay, tombstone) in [("1h", "1h"), ("2d", "1d")] {
+            let err = serve(&["--replay-ttl", replay, "--tombstone-ttl", tombstone])
+                .validate_with(None)
+                .unwrap_err();
+            assert!(err.contains("must be longer than --replay-ttl"), "{err}");
+        }
+        let ok = serve(&["--replay-ttl", "1h", "--tombstone-ttl", "61m"]);
+        assert_eq!(ok.validate_with(None), Ok(()));
+    }
+
+    #[test]
+    fn demo_mode_needs_a_loopback_bind() {
+        for bind in ["0.0.0.0:3000", "[::]:3000", "192.0.2.1:3000"] {
+            let err = serve(&["--demo", "--bind", bind])
+                .validate_with(None)
+                .unwrap_err();
+            assert!(err.contains("needs a loopback --bind"), "{bind}: {err}");
+        }
+        for bind in ["127.0.0.1:3000", "127.0.0.2:0", "[::1]:3000"] {
+            assert_eq!(
+                serve(&["--demo", "--bind", bind]).validate_with(None),
+                Ok(()),
+                "{bind}"
+            );
+        }
+        assert_eq!(
+            serve(&["--bind", "0.0.0.0:3000"]).validate_with(None),
+            Ok(())
+        );
     }
 
     #[cfg(feature = "test-faults")]

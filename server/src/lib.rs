@@ -55,6 +55,7 @@ pub mod request_id;
 pub mod routes;
 pub mod serve;
 pub mod telemetry;
+pub mod token_usage;
 
 pub use db::Db;
 pub use serve::{ConnectionControl, serve};
@@ -75,8 +76,8 @@ pub struct Settings {
     pub test_faults: bool,
     /// Directory of the demo's static files, when demo mode is on.
     pub demo_dir: Option<std::path::PathBuf>,
-    /// The demo account's token, served at `GET /demo/token` in demo mode
-    /// (a local demo only: the server binds to 127.0.0.1 by default).
+    /// The first demo account's token for this start, served at
+    /// `GET /demo/token` in demo mode (which refuses a non-loopback bind).
     pub demo_token: Option<String>,
     /// Longest wait for a request body once its head has arrived; past it
     /// the request is answered 400 and its connection closed.
@@ -117,6 +118,7 @@ struct Inner {
     settings: Settings,
     lose_next_response: AtomicBool,
     metrics: Arc<metrics::Metrics>,
+    token_usage: Arc<token_usage::TokenUsage>,
 }
 
 impl AppState {
@@ -130,6 +132,7 @@ impl AppState {
                 settings,
                 lose_next_response: AtomicBool::new(false),
                 metrics,
+                token_usage: Arc::default(),
             }),
         }
     }
@@ -142,6 +145,12 @@ impl AppState {
     /// The metrics of `GET /metrics`.
     pub fn metrics(&self) -> &Arc<metrics::Metrics> {
         &self.inner.metrics
+    }
+
+    /// The tokens that authenticated a request since the last flush of
+    /// their `last_used_at` (see [`token_usage`]).
+    pub fn token_usage(&self) -> &Arc<token_usage::TokenUsage> {
+        &self.inner.token_usage
     }
 
     /// The settings.

@@ -1,15 +1,15 @@
-//! The `idemkey-server` binary: `serve`, `migrate`, `account create`.
+//! The `idemkey-server` binary: `serve`, `migrate`, `account`, `token`, `fixture`.
 
 use std::process::ExitCode;
 
+mod admin;
 mod fixture;
 
 use clap::Parser as _;
-use idemkey_server::auth::NewToken;
-use idemkey_server::config::{AccountCommand, Cli, Command, DatabaseArgs, LogFormat, ServeArgs};
+use idemkey_server::config::{Cli, Command, DatabaseArgs, LogFormat, ServeArgs};
 use idemkey_server::db::{DEFAULT_DATABASE_URL, Db, PgSettings};
 use idemkey_server::serve::shutdown_signal;
-use idemkey_server::{AppState, Settings, app, maintenance, serve, telemetry};
+use idemkey_server::{AppState, Settings, app, maintenance, serve, telemetry, token_usage};
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
@@ -49,17 +49,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Fixture(args) => fixture::run(args).await,
-        Command::Account(AccountCommand::Create { name, database }) => {
-            let store = open_store(&database, &PgSettings::default()).await?;
-            let token = NewToken::generate().map_err(|e| format!("no randomness: {e}"))?;
-            let account = store
-                .create_account(&name, token.hash())
-                .await
-                .map_err(|e| format!("cannot create the account: {e}"))?;
-            println!("account {} created: {name}", account.0);
-            println!("{}", token.reveal());
-            Ok(())
-        }
+        Command::Account(command) => admin::account(command).await,
+        Command::Token(command) => admin::token(command).await,
     }
 }
 
@@ -71,7 +62,10 @@ fn database_url(database: &DatabaseArgs) -> (&str, bool) {
     }
 }
 
-async fn open_store(database: &DatabaseArgs, settings: &PgSettings) -> Result<Db, String> {
+pub(crate) async fn open_store(
+    database: &DatabaseArgs,
+    settings: &PgSettings,
+) -> Result<Db, String> {
     let (url, _) = database_url(database);
     let store = Db::open(url, settings)
         .await
@@ -117,33 +111,12 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
     if args.test_faults {
         info!("test fault injection is ON (x-idemkey-test-fault header)");
     }
-    let demo_token = if args.demo {
-        let token = NewToken::generate().map_err(|e| format!("no randomness: {e}"))?;
-        let account = store
-            .add_named_token("demo", token.hash())
-            .await
-            .map_err(|e| format!("cannot set up the demo account: {e}"))?;
-        info!(account = %account.0, dir = %args.demo_dir.display(), "demo mode: serving the demo page at / and its token at /demo/token");
-        // The token goes to stdout only, never to the log.
-        println!("demo account token: {}", token.reveal());
-        Some(token.reveal().to_owned())
+    let demo_accounts = if args.demo {
+        admin::start_demo(&store).await?
     } else {
-        None
+        idemkey_server::routes::DemoAccounts::default()
     };
-    // A second demo account, for the page's "switch account" control.
-    let mut demo_accounts = idemkey_server::routes::DemoAccounts::default();
-    if let Some(token) = &demo_token {
-        let second = NewToken::generate().map_err(|e| format!("no randomness: {e}"))?;
-        store
-            .add_named_token("demo-b", second.hash())
-            .await
-            .map_err(|e| format!("cannot set up the demo-b account: {e}"))?;
-        println!("demo-b account token: {}", second.reveal());
-        demo_accounts.0 = vec![
-            ("demo".to_owned(), token.clone()),
-            ("demo-b".to_owned(), second.reveal().to_owned()),
-        ];
-    }
+    let demo_token = demo_accounts.0.first().map(|(_, token)| token.clone());
     let settings = Settings {
         key_profile: args.key_profile,
         replay_ttl: args.replay_ttl,
@@ -164,6 +137,12 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         settings,
         args.trim_interval,
         args.trim_batch,
+        stop_rx.clone(),
+    ));
+    let usage = tokio::spawn(token_usage::run(
+        state.token_usage().clone(),
+        store.clone(),
+        args.token_last_used_interval,
         stop_rx,
     ));
     let listener = TcpListener::bind(args.bind)
@@ -183,6 +162,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("server error: {e}"))?;
     let _ = stop_tx.send(true);
     let _ = trimmer.await;
+    let _ = usage.await;
     store.close();
     info!("stopped");
     Ok(())

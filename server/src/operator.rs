@@ -104,9 +104,10 @@ pub fn openapi_document(settings: &Settings) -> Value {
 
 /// The response components of problem documents, by HTTP status: each
 /// one's schema pins `status` and lists the codes the core sends with it.
-pub const PROBLEM_RESPONSES: [(&str, u16); 10] = [
+pub const PROBLEM_RESPONSES: [(&str, u16); 11] = [
     ("BadRequest", 400),
     ("Unauthorized", 401),
+    ("Forbidden", 403),
     ("NotFound", 404),
     ("MethodNotAllowed", 405),
     ("InProgress", 409),
@@ -218,6 +219,9 @@ pub fn advice(code: ProblemCode) -> &'static str {
         }
         ProblemCode::Unauthorized => {
             "Send Authorization: Bearer with a valid API token; nothing was stored."
+        }
+        ProblemCode::CrossSiteRequest => {
+            "The local demo's endpoints (/demo/*) answer only the demo page served by the same server, opened at a loopback address (127.0.0.1, [::1] or localhost). A page on another site cannot arm its switches or read its tokens; use the page at / instead, or a tool that sends no Origin (curl)."
         }
         ProblemCode::NotFound => {
             "There is no such resource for this account; check the URL and the token."

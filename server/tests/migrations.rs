@@ -1,6 +1,7 @@
 //! A database written by an earlier version (schema 2: order records keyed
 //! by account, lease-mode records in their own table) is migrated to one
-//! records table with nothing lost: both kinds of record still replay.
+//! records table with nothing lost: both kinds of record still replay, and
+//! its API tokens (which had no id before schema 4) keep working.
 
 use idemkey_core::{IdempotencyKey, KeyProfile, OperationId, Stored};
 use idemkey_server::db::{Db, PgSettings};
@@ -28,15 +29,25 @@ fn key(scope: &str, operation: &'static str, key: &str) -> RecordKey {
     }
 }
 
-/// Schema 2 with one completed order record and one completed lease record.
+/// A token of the old account, stored (hashed) in schema 2.
+const OLD_TOKEN: &str = "idk_written-by-schema-two";
+
+/// Schema 2 with one completed order record, one completed lease record
+/// and one API token.
 fn version_two(env: &Env, backend: Backend) {
-    let (dir, now, later, fp, claim) = match backend {
+    let hash: String = idemkey_server::auth::hash_token(OLD_TOKEN)
+        .0
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let (dir, now, later, fp, claim, token) = match backend {
         Backend::Postgres => (
             "postgres",
             "now()",
             "now() + interval '1 hour'",
             "sha256('x')",
             "gen_random_uuid()",
+            format!("'\\x{hash}'::bytea"),
         ),
         Backend::Sqlite => (
             "sqlite",
@@ -44,6 +55,7 @@ fn version_two(env: &Env, backend: Backend) {
             "unixepoch() * 1000 + 3600000",
             "randomblob(32)",
             "randomblob(16)",
+            format!("X'{hash}'"),
         ),
     };
     let order_id = "7d1c0f52-65a4-4d0e-9a53-0d7e8f2b8c11";
@@ -53,6 +65,7 @@ fn version_two(env: &Env, backend: Backend) {
          {two}
          INSERT INTO schema_migrations (version, name) VALUES (1, 'init'), (2, 'idempotency_leases');
          INSERT INTO accounts (id, name) VALUES ('{ACCOUNT}', 'old');
+         INSERT INTO api_tokens (token_hash, account_id) VALUES ({token}, '{ACCOUNT}');
          INSERT INTO orders (id, account_id, sku, quantity, created_at)
              VALUES ('{order_id}', '{ACCOUNT}', 'LIBRO-TS', 2, {now});
          INSERT INTO idempotency_records (account_id, operation, key, fingerprint, status,
@@ -126,6 +139,16 @@ async fn a_version_two_database_keeps_every_record(backend: Backend) {
         .expect("open");
     assert!(again.pending_migrations().await.expect("read").is_empty());
     assert_eq!(env.count("idempotency_records"), 2);
+    drop(again);
+
+    // The old token got an id and still authenticates.
+    let (ok, out, err) = env.cli(&["token", "list", ACCOUNT]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 2, "one token: {out}");
+    let server = env.serve(&[]);
+    let orders = server.get(OLD_TOKEN, "/orders").await;
+    assert_eq!(orders.status, 200, "{}", orders.body);
+    assert_eq!(orders.json()["orders"].as_array().map(Vec::len), Some(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,7 +28,7 @@ pub use redis::{RedisDb, RedisSettings};
 pub use sqlite::SqliteDb;
 
 /// SHA-256 of an API token: the only form in which tokens are stored.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TokenHash(pub [u8; 32]);
 
 impl std::fmt::Debug for TokenHash {
@@ -138,6 +138,9 @@ macro_rules! each {
     };
 }
 
+mod accounts;
+pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
+
 impl Db {
     /// Opens the database a URL names and applies pending migrations:
     /// `postgres://...` (or `postgresql://`, or libpq's `host=... dbname=...`
@@ -215,25 +218,6 @@ impl Db {
     /// Closes the pool's connections (at shutdown).
     pub fn close(&self) {
         each!(self, db => db.close())
-    }
-
-    /// Creates an account and stores the hash of its first token.
-    pub async fn create_account(
-        &self,
-        name: &str,
-        token: TokenHash,
-    ) -> Result<AccountId, StoreError> {
-        each!(self, db => db.create_account(name, token).await)
-    }
-
-    /// Adds a token to the oldest account called `name`, creating the
-    /// account when there is none (the demo accounts).
-    pub async fn add_named_token(
-        &self,
-        name: &str,
-        token: TokenHash,
-    ) -> Result<AccountId, StoreError> {
-        each!(self, db => db.add_named_token(name, token).await)
     }
 
     /// Creates the draft's order with its key's record in one transaction,

@@ -12,11 +12,14 @@ use idemkey_core::{Problem, UnixMillis};
 use tower_http::services::ServeDir;
 
 use crate::AppState;
+use crate::db::{Authed, TokenHash};
 use crate::problems::{ApiError, problem_response};
 
+mod demo;
 mod operations;
 mod orders;
 
+pub use demo::{DemoAccounts, same_origin};
 pub use operations::{lookup_path, lookup_segment_pattern};
 pub use orders::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 
@@ -31,9 +34,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed);
     if let Some(dir) = demo_dir {
         router = router
-            .route("/demo/lose-next-response", post(lose_next_response))
-            .route("/demo/token", get(demo_token))
-            .route("/demo/tokens", get(demo_tokens))
+            .merge(demo::router())
             .fallback_service(ServeDir::new(dir).not_found_service(axum::routing::any(not_found)))
             .layer(axum::middleware::map_response(close_connection));
     } else {
@@ -48,46 +49,6 @@ async fn healthz(State(state): State<AppState>) -> Result<Response, ApiError> {
         StatusCode::OK,
         r#"{"status":"ok"}"#.to_owned(),
     ))
-}
-
-/// Demo mode only: the next new order commits, then its connection is
-/// closed without a response, as if the network had lost it.
-async fn lose_next_response(State(state): State<AppState>) -> Response {
-    state.arm_lose_next_response();
-    json_response(StatusCode::OK, r#"{"armed":true}"#.to_owned())
-}
-
-/// Demo mode only: the demo account's token, for the page served next to
-/// it. Acceptable for a local demo bound to 127.0.0.1, never in production.
-async fn demo_token(State(state): State<AppState>) -> Response {
-    match &state.settings().demo_token {
-        Some(token) => json_response(
-            StatusCode::OK,
-            serde_json::json!({ "token": token }).to_string(),
-        ),
-        None => problem_response(&Problem::not_found()),
-    }
-}
-
-/// Demo mode only: the demo accounts (`demo`, `demo-b`) and their tokens,
-/// in the order the page offers them, for the page's "switch account"
-/// control. Added by `main` as an [`axum::Extension`].
-#[derive(Clone, Debug, Default)]
-pub struct DemoAccounts(pub Vec<(String, String)>);
-
-/// Demo mode only: `{"accounts":[{"name":"demo","token":"…"},…]}`.
-async fn demo_tokens(accounts: Option<axum::Extension<DemoAccounts>>) -> Response {
-    let Some(axum::Extension(DemoAccounts(accounts))) = accounts else {
-        return problem_response(&Problem::not_found());
-    };
-    let list: Vec<_> = accounts
-        .iter()
-        .map(|(name, token)| serde_json::json!({ "name": name, "token": token }))
-        .collect();
-    json_response(
-        StatusCode::OK,
-        serde_json::json!({ "accounts": list }).to_string(),
-    )
 }
 
 /// Demo mode only: every response closes its connection, so the lost
@@ -109,6 +70,22 @@ async fn not_found() -> Response {
 
 async fn method_not_allowed() -> Response {
     problem_response(&Problem::method_not_allowed())
+}
+
+/// The caller's result, or 401 for a token that is unknown or revoked; a
+/// token that authenticated is noted for its `last_used_at`.
+pub(crate) fn authed<T>(
+    state: &AppState,
+    token: TokenHash,
+    answer: Authed<T>,
+) -> Result<T, ApiError> {
+    match answer {
+        Authed::Unauthorized => Err(Problem::unauthorized().into()),
+        Authed::Ok(value) => {
+            state.token_usage().note(token);
+            Ok(value)
+        }
+    }
 }
 
 /// A JSON response with `status` and `body`.

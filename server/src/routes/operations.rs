@@ -13,10 +13,9 @@ use idemkey_core::{
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use serde::Serialize;
 
-use super::{json_response, rfc3339};
+use super::{authed, json_response, rfc3339};
 use crate::AppState;
 use crate::auth::bearer_hash;
-use crate::db::Authed;
 use crate::problems::ApiError;
 
 /// Characters escaped in a path segment (RFC 3986 `pchar` keeps the rest).
@@ -108,10 +107,11 @@ pub(super) async fn show(
 ) -> Result<Response, ApiError> {
     let token = bearer_hash(&headers).ok_or_else(Problem::unauthorized)?;
     let key = key_from_segment(&segment, state.settings().key_profile)?;
-    let read = match state.db().lookup(token, &ORDER_OPERATION, &key).await? {
-        Authed::Unauthorized => return Err(Problem::unauthorized().into()),
-        Authed::Ok(read) => read,
-    };
+    let read = authed(
+        &state,
+        token,
+        state.db().lookup(token, &ORDER_OPERATION, &key).await?,
+    )?;
     let operation = ORDER_OPERATION;
     // The state at the database's clock, in the core's words.
     let lookup_state = LookupState::of(

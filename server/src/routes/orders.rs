@@ -19,9 +19,9 @@ use serde::Serialize;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::{json_response, lookup_path, rfc3339};
+use super::{authed, json_response, lookup_path, rfc3339};
 use crate::auth::{bearer_hash, hash_token};
-use crate::db::{Authed, Order, OrderDraft, StoreError};
+use crate::db::{Order, OrderDraft, StoreError};
 use crate::faults::{self, Fault};
 use crate::idempotency::{Mode, Outcome, Policy, StoredResponse};
 use crate::metrics::OutcomeLabel;
@@ -168,10 +168,11 @@ async fn create_order(
         response,
     };
     let policy = order_policy(settings);
-    let outcome = match state.db().create_order(token, &draft, &policy).await? {
-        Authed::Unauthorized => return Err(Problem::unauthorized().into()),
-        Authed::Ok(outcome) => outcome,
-    };
+    let outcome = authed(
+        state,
+        token,
+        state.db().create_order(token, &draft, &policy).await?,
+    )?;
     let label = outcome.label();
     // One line per request: the access log's cost is paid once.
     let response = match outcome {
@@ -257,24 +258,20 @@ pub(super) async fn list(
 ) -> Result<Response, ApiError> {
     let token = bearer_hash(&headers).ok_or_else(Problem::unauthorized)?;
     let limit = list_limit(query.as_deref())?;
-    match state.db().recent_orders(token, limit).await? {
-        Authed::Unauthorized => Err(Problem::unauthorized().into()),
-        Authed::Ok(orders) => {
-            let list = OrderList {
-                orders: orders
-                    .iter()
-                    .map(|o| OrderBody {
-                        id: o.id.to_string(),
-                        sku: &o.sku,
-                        quantity: o.quantity,
-                        created_at: rfc3339(o.created_at),
-                    })
-                    .collect(),
-            };
-            let body = serde_json::to_string(&list).unwrap_or_default();
-            Ok(json_response(StatusCode::OK, body))
-        }
-    }
+    let orders = authed(&state, token, state.db().recent_orders(token, limit).await?)?;
+    let list = OrderList {
+        orders: orders
+            .iter()
+            .map(|o| OrderBody {
+                id: o.id.to_string(),
+                sku: &o.sku,
+                quantity: o.quantity,
+                created_at: rfc3339(o.created_at),
+            })
+            .collect(),
+    };
+    let body = serde_json::to_string(&list).unwrap_or_default();
+    Ok(json_response(StatusCode::OK, body))
 }
 
 /// `GET /orders/{id}`: the caller's order; 404, with the same body as for
@@ -289,18 +286,17 @@ pub(super) async fn show(
     // Still ask the store for a malformed id, so that an unknown token gets
     // 401 rather than 404 whatever the path says.
     let lookup_id = id.unwrap_or(Uuid::nil());
-    match state.db().order(token, lookup_id).await? {
-        Authed::Unauthorized => Err(Problem::unauthorized().into()),
-        Authed::Ok(Some(Order {
+    match authed(&state, token, state.db().order(token, lookup_id).await?)? {
+        Some(Order {
             id,
             sku,
             quantity,
             created_at,
-        })) => Ok(json_response(
+        }) => Ok(json_response(
             StatusCode::OK,
             order_body(id, &sku, quantity, created_at),
         )),
-        Authed::Ok(None) => Err(Problem::not_found().into()),
+        None => Err(Problem::not_found().into()),
     }
 }
 

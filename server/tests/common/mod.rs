@@ -148,6 +148,22 @@ impl Env {
         stdout.lines().last().expect("a token line").to_owned()
     }
 
+    /// Runs an `idemkey-server` command on this database; returns whether it
+    /// succeeded, its stdout and its stderr.
+    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(BIN)
+            .args(args)
+            .args(["--database-url", &self.url])
+            .env_remove("DATABASE_URL")
+            .output()
+            .expect("run idemkey-server");
+        (
+            out.status.success(),
+            String::from_utf8(out.stdout).expect("utf-8"),
+            String::from_utf8(out.stderr).expect("utf-8"),
+        )
+    }
+
     /// Starts `idemkey-server serve` on a free port with extra flags.
     pub fn serve(&self, extra: &[&str]) -> Server {
         Server::start(&self.url, extra, false)
@@ -163,6 +179,37 @@ impl Env {
     pub fn serve_skewed(&self, extra: &[&str], offset: &str) -> Server {
         Server::start_with(&self.url, extra, false, &skewed_clock(offset))
     }
+}
+
+/// Runs `idemkey-server` with these arguments and environment, expecting
+/// it to refuse to start: asserts a failing exit (within a guard of 30 s,
+/// killing it past that) and returns its stderr.
+pub fn refused_at_start(args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn idemkey-server");
+    let guard = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > guard {
+            let _ = child.kill();
+            panic!("idemkey-server {args:?} did not refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    assert!(!status.success(), "{args:?} started: {stderr}");
+    stderr
 }
 
 /// libfaketime, which the test command installs (Debian's `faketime`).

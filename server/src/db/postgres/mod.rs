@@ -13,10 +13,10 @@ use deadpool_postgres::{
 };
 use tokio_postgres::error::SqlState;
 use tracing::{info, warn};
-use uuid::Uuid;
 
-use super::{AccountId, PoolStatus, StoreError, TokenHash};
+use super::{PoolStatus, StoreError};
 
+mod accounts;
 mod conninfo;
 mod orders;
 mod records;
@@ -39,6 +39,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         3,
         "one_records_table",
         include_str!("migrations/0003_one_records_table.sql"),
+    ),
+    (
+        4,
+        "token_management",
+        include_str!("migrations/0004_token_management.sql"),
     ),
     (
         5,
@@ -222,71 +227,6 @@ impl PgDb {
         let client = self.client().await?;
         client.simple_query("SELECT 1").await.map_err(db_error)?;
         Ok(())
-    }
-
-    pub(super) async fn create_account(
-        &self,
-        name: &str,
-        token: TokenHash,
-    ) -> Result<AccountId, StoreError> {
-        let mut client = self.client().await?;
-        let id = Uuid::new_v4();
-        let tx = client.transaction().await.map_err(db_error)?;
-        tx.execute(
-            "INSERT INTO accounts (id, name) VALUES ($1, $2)",
-            &[&id, &name],
-        )
-        .await
-        .map_err(db_error)?;
-        tx.execute(
-            "INSERT INTO api_tokens (token_hash, account_id) VALUES ($1, $2)",
-            &[&&token.0[..], &id],
-        )
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(AccountId(id))
-    }
-
-    pub(super) async fn add_named_token(
-        &self,
-        name: &str,
-        token: TokenHash,
-    ) -> Result<AccountId, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(db_error)?;
-        // Two processes starting in demo mode at once make one account.
-        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&name])
-            .await
-            .map_err(db_error)?;
-        let existing = tx
-            .query_opt(
-                "SELECT id FROM accounts WHERE name = $1 ORDER BY created_at, id LIMIT 1",
-                &[&name],
-            )
-            .await
-            .map_err(db_error)?;
-        let id: Uuid = match existing {
-            Some(row) => row.try_get(0).map_err(db_error)?,
-            None => {
-                let id = Uuid::new_v4();
-                tx.execute(
-                    "INSERT INTO accounts (id, name) VALUES ($1, $2)",
-                    &[&id, &name],
-                )
-                .await
-                .map_err(db_error)?;
-                id
-            }
-        };
-        tx.execute(
-            "INSERT INTO api_tokens (token_hash, account_id) VALUES ($1, $2)",
-            &[&&token.0[..], &id],
-        )
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(AccountId(id))
     }
 }
 

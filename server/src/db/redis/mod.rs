@@ -40,7 +40,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, TlsCertificates};
 use sha2::{Digest, Sha256};
 
-use super::{AccountId, Authed, Order, OrderDraft, PoolStatus, StoreError, TokenHash};
+use super::{Authed, Order, OrderDraft, PoolStatus, StoreError, TokenHash};
 use crate::idempotency::{Outcome, Policy, Read, RecordKey};
 use idemkey_core::{IdempotencyKey, OperationId};
 use uuid::Uuid;
@@ -292,16 +292,6 @@ impl RedisDb {
 
     /// Connections close when the last clone is dropped.
     pub fn close(&self) {}
-
-    /// Refused: see [`LEASE_ONLY`].
-    pub async fn create_account(&self, _: &str, _: TokenHash) -> Result<AccountId, StoreError> {
-        Err(lease_only())
-    }
-
-    /// Refused: see [`LEASE_ONLY`].
-    pub async fn add_named_token(&self, _: &str, _: TokenHash) -> Result<AccountId, StoreError> {
-        Err(lease_only())
-    }
 
     /// Refused: see [`LEASE_ONLY`].
     pub async fn create_order(

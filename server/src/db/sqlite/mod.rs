@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, TransactionBehavior, params};
 use tracing::{info, warn};
-use uuid::Uuid;
 
-use super::{AccountId, PoolStatus, StoreError, TokenHash};
+use super::{PoolStatus, StoreError};
 
+mod accounts;
 mod orders;
+mod private_file;
 mod records;
 mod transaction;
 
@@ -39,6 +40,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         3,
         "one_records_table",
         include_str!("migrations/0003_one_records_table.sql"),
+    ),
+    (
+        4,
+        "token_management",
+        include_str!("migrations/0004_token_management.sql"),
     ),
     (
         5,
@@ -146,74 +152,6 @@ impl SqliteDb {
         })
         .await
     }
-
-    pub(super) async fn create_account(
-        &self,
-        name: &str,
-        token: TokenHash,
-    ) -> Result<AccountId, StoreError> {
-        let name = name.to_owned();
-        let id = Uuid::new_v4();
-        self.with_conn(move |conn| {
-            let tx = immediate(conn)?;
-            tx.execute(
-                "INSERT INTO accounts (id, name) VALUES (?1, ?2)",
-                params![id.to_string(), name],
-            )
-            .map_err(sqlite_error)?;
-            tx.execute(
-                "INSERT INTO api_tokens (token_hash, account_id) VALUES (?1, ?2)",
-                params![&token.0[..], id.to_string()],
-            )
-            .map_err(sqlite_error)?;
-            tx.commit().map_err(sqlite_error)
-        })
-        .await?;
-        Ok(AccountId(id))
-    }
-
-    pub(super) async fn add_named_token(
-        &self,
-        name: &str,
-        token: TokenHash,
-    ) -> Result<AccountId, StoreError> {
-        let name = name.to_owned();
-        let new_id = Uuid::new_v4().to_string();
-        let id = self
-            .with_conn(move |conn| {
-                let tx = immediate(conn)?;
-                let existing: Option<String> = tx
-                    .query_row(
-                        "SELECT id FROM accounts WHERE name = ?1 ORDER BY created_at, id LIMIT 1",
-                        [&name],
-                        |row| row.get(0),
-                    )
-                    .optional()
-                    .map_err(sqlite_error)?;
-                let id = match existing {
-                    Some(id) => id,
-                    None => {
-                        tx.execute(
-                            "INSERT INTO accounts (id, name) VALUES (?1, ?2)",
-                            params![new_id, name],
-                        )
-                        .map_err(sqlite_error)?;
-                        new_id
-                    }
-                };
-                tx.execute(
-                    "INSERT INTO api_tokens (token_hash, account_id) VALUES (?1, ?2)",
-                    params![&token.0[..], id],
-                )
-                .map_err(sqlite_error)?;
-                tx.commit().map_err(sqlite_error)?;
-                Ok(id)
-            })
-            .await?;
-        Uuid::try_parse(&id)
-            .map(AccountId)
-            .map_err(|_| StoreError::Unavailable("account id is not a UUID".into()))
-    }
 }
 
 /// `BEGIN IMMEDIATE`: the write lock before the first read.
@@ -248,11 +186,18 @@ fn is_busy(err: &rusqlite::Error) -> bool {
     )
 }
 
-/// Opens an SQLite file the way every idemkey store does (busy timeout, WAL,
-/// `synchronous = FULL` so a commit survives a power loss, foreign keys on)
+/// Opens an SQLite file the way every idemkey store does (created 0600, busy
+/// timeout, WAL, `synchronous = FULL` so a commit survives a power loss,
+/// foreign keys on)
 /// and applies the migrations not yet recorded in `schema_migrations`, under
 /// the write lock, so two processes starting at once migrate once.
 fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error> {
+    private_file::ensure_private(path).map_err(|e| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(format!("cannot create the file with mode 0600: {e}")),
+        )
+    })?;
     let mut conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;

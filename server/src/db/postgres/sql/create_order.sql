@@ -14,7 +14,8 @@
 -- one snapshot per statement, no row comes back either: the caller then
 -- reads the winner's row with lookup.sql, a new statement.
 WITH caller AS (
-    SELECT account_id, account_id::text AS scope FROM api_tokens WHERE token_hash = $1::bytea
+    SELECT account_id, account_id::text AS scope FROM api_tokens
+    WHERE token_hash = $1::bytea AND revoked_at IS NULL
 ), existing AS (
     SELECT r.fingerprint, r.claim, r.status, r.lease_until, r.replay_until, r.created_at,
            r.response_status, r.response_headers, r.response_body, r.resource_id

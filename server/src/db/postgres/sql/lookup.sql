@@ -7,4 +7,4 @@ SELECT c.account_id, statement_timestamp() AS now, r.fingerprint, r.claim, r.sta
 FROM api_tokens c
 LEFT JOIN idempotency_records r
   ON r.scope = c.account_id::text AND r.operation = $2::text AND r.key = $3::text
-WHERE c.token_hash = $1::bytea
+WHERE c.token_hash = $1::bytea AND c.revoked_at IS NULL

@@ -3,4 +3,4 @@
 SELECT o.id, o.sku, o.quantity, o.created_at
 FROM api_tokens c
 LEFT JOIN orders o ON o.account_id = c.account_id AND o.id = $2::uuid
-WHERE c.token_hash = $1::bytea
+WHERE c.token_hash = $1::bytea AND c.revoked_at IS NULL

@@ -10,4 +10,4 @@ LEFT JOIN LATERAL (
     ORDER BY created_at DESC, id DESC
     LIMIT $2::bigint
 ) o ON true
-WHERE c.token_hash = $1::bytea
+WHERE c.token_hash = $1::bytea AND c.revoked_at IS NULL

@@ -1,2 +1,2 @@
--- The account a token belongs to. ?1 token hash.
-SELECT account_id FROM api_tokens WHERE token_hash = ?1
+-- The account a token belongs to, unless revoked. ?1 token hash.
+SELECT account_id FROM api_tokens WHERE token_hash = ?1 AND revoked_at IS NULL

@@ -1,0 +1,249 @@
+//! Demo mode, made safe: only on a loopback bind; its own accounts, marked
+//! as demo mode's, never an existing account found by name; `/demo/*`
+//! refuses cross-site requests; the tokens are rotated at each start.
+
+#[macro_use]
+mod common;
+
+use common::{BODY, Backend, Env, Server, new_key, refused_at_start};
+
+/// A directory with the demo's page.
+struct Site(std::path::PathBuf);
+
+impl Site {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!("idemkey-site-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("index.html"), "<h1>shop</h1>").unwrap();
+        Self(dir)
+    }
+
+    fn serve(&self, env: &Env) -> Server {
+        env.serve(&["--demo", "--demo-dir", &self.0.display().to_string()])
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The demo accounts' tokens this start serves: `[(name, token)]`.
+async fn demo_tokens(server: &Server) -> Vec<(String, String)> {
+    let reply = server.get("", "/demo/tokens").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap().to_owned(),
+                a["token"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// `account list` rows: `[id, created, tokens, kind, name]`.
+fn accounts(env: &Env) -> Vec<Vec<String>> {
+    let (ok, out, err) = env.cli(&["account", "list"]);
+    assert!(ok, "{err}");
+    out.lines()
+        .skip(1)
+        .map(|l| l.split('\t').map(str::to_owned).collect())
+        .collect()
+}
+
+/// Demo mode serves tokens without authentication: refused on a
+/// non-loopback address, from the flag and from the environment, before
+/// anything is opened.
+#[test]
+fn demo_mode_is_refused_on_a_non_loopback_bind() {
+    let url = "sqlite:///nonexistent-dir/never-opened.db";
+    let err = refused_at_start(
+        &[
+            "serve",
+            "--demo",
+            "--bind",
+            "0.0.0.0:3000",
+            "--database-url",
+            url,
+        ],
+        &[],
+    );
+    assert!(err.contains("needs a loopback --bind"), "{err}");
+    assert!(err.contains("not 0.0.0.0:3000"), "{err}");
+    let err = refused_at_start(
+        &["serve", "--database-url", url],
+        &[("IDEMKEY_DEMO", "1"), ("IDEMKEY_BIND", "[::]:3000")],
+    );
+    assert!(err.contains("needs a loopback --bind"), "{err}");
+    assert!(
+        !err.contains("cannot open"),
+        "refused before the database: {err}"
+    );
+}
+
+/// An account that happens to be called `demo` is not demo mode's: it gets
+/// no token, and demo mode's accounts are its own (marked as such).
+async fn an_existing_account_named_demo_gets_no_token(backend: Backend) {
+    let env = Env::new(backend);
+    let theirs = env.account("demo");
+    let site = Site::new();
+    let server = site.serve(&env);
+    let served = demo_tokens(&server).await;
+    assert_eq!(served.len(), 2);
+    assert_eq!(
+        (served[0].0.as_str(), served[1].0.as_str()),
+        ("demo", "demo-b")
+    );
+    assert!(served.iter().all(|(_, t)| *t != theirs));
+
+    let listed = accounts(&env);
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    let existing: Vec<_> = listed.iter().filter(|a| a[3] == "account").collect();
+    assert_eq!(existing.len(), 1, "{listed:?}");
+    assert_eq!(
+        (existing[0][2].as_str(), existing[0][4].as_str()),
+        ("1", "demo"),
+        "the existing account keeps its one token"
+    );
+    let mut kinds: Vec<_> = listed
+        .iter()
+        .filter(|a| a[3] == "demo")
+        .map(|a| (a[2].as_str(), a[4].as_str()))
+        .collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, [("1", "demo"), ("1", "demo-b")]);
+
+    // Separate accounts: an order through the demo's token is not theirs.
+    assert_eq!(
+        server
+            .post_order(&served[0].1, &new_key(), BODY)
+            .await
+            .status,
+        201
+    );
+    let mine = server.get(&theirs, "/orders").await;
+    assert_eq!(mine.json()["orders"].as_array().map(Vec::len), Some(0));
+}
+
+/// `/demo/*` answers only its own page: a cross-site POST to the switch is
+/// refused (and arms nothing), by Fetch Metadata, by Origin, or by a Host
+/// that is not a loopback name (DNS rebinding); the same page's POST and a
+/// tool without Origin are accepted; the token endpoints are guarded alike.
+async fn cross_site_requests_to_the_demo_are_refused(backend: Backend) {
+    let env = Env::new(backend);
+    let site = Site::new();
+    let server = site.serve(&env);
+    let token = demo_tokens(&server).await[0].1.clone();
+    let switch = format!("{}/demo/lose-next-response", server.base);
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let foreign: [&[(&str, &str)]; 4] = [
+        &[("origin", "http://evil.example")],
+        &[
+            ("sec-fetch-site", "cross-site"),
+            ("origin", "http://evil.example"),
+        ],
+        &[("sec-fetch-site", "same-site")],
+        &[("host", "evil.example"), ("sec-fetch-site", "same-origin")],
+    ];
+    for headers in foreign {
+        for (method, url) in [
+            ("POST", switch.clone()),
+            ("GET", format!("{}/demo/tokens", server.base)),
+            ("GET", format!("{}/demo/token", server.base)),
+        ] {
+            let mut request = server.client.request(method.parse().unwrap(), url.as_str());
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            let reply = common::Reply::from(request.send().await.unwrap()).await;
+            reply.assert_problem(403, "cross-site-request");
+            assert!(!reply.body.contains("idk_"), "{}", reply.body);
+        }
+    }
+    // Nothing was armed: the next order is answered.
+    assert_eq!(
+        server.post_order(&token, &new_key(), BODY).await.status,
+        201
+    );
+
+    let origin = format!("http://{host}");
+    for headers in [
+        vec![
+            ("origin", origin.as_str()),
+            ("sec-fetch-site", "same-origin"),
+        ],
+        vec![("origin", origin.as_str())],
+    ] {
+        let mut request = server.client.post(&switch);
+        for (name, value) in &headers {
+            request = request.header(*name, *value);
+        }
+        let armed = common::Reply::from(request.send().await.unwrap()).await;
+        assert_eq!(
+            (armed.status, armed.body.as_str()),
+            (200, r#"{"armed":true}"#)
+        );
+        // Armed: the next order's response is lost (and it committed).
+        let key = new_key();
+        let lost = server
+            .client
+            .post(format!("{}/orders", server.base))
+            .header("authorization", format!("Bearer {token}"))
+            .header("idempotency-key", &key)
+            .header("content-type", "application/json")
+            .body(BODY)
+            .send()
+            .await;
+        assert!(lost.is_err(), "the armed switch lost the response");
+        let retry = server.post_order(&token, &key, BODY).await;
+        assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    }
+    // A tool that sends no Origin (curl) still reads the tokens.
+    assert_eq!(demo_tokens(&server).await[0].1, token);
+}
+
+/// Each start replaces the demo accounts' tokens: the previous start's get
+/// 401, the new ones work, on the same accounts (their orders stay).
+async fn the_previous_starts_demo_tokens_are_revoked(backend: Backend) {
+    let env = Env::new(backend);
+    let site = Site::new();
+    let first = site.serve(&env);
+    let old = demo_tokens(&first).await;
+    let key = new_key();
+    assert_eq!(first.post_order(&old[0].1, &key, BODY).await.status, 201);
+    drop(first);
+
+    let second = site.serve(&env);
+    let new = demo_tokens(&second).await;
+    for ((_, old), (_, new)) in old.iter().zip(&new) {
+        assert_ne!(old, new);
+        second
+            .get(old, "/orders")
+            .await
+            .assert_problem(401, "unauthorized");
+        assert_eq!(second.get(new, "/orders").await.status, 200);
+    }
+    let lookup = format!("/operations/{}", key.trim_matches('"'));
+    assert_eq!(
+        second.get(&new[0].1, &lookup).await.json()["state"],
+        "completed",
+        "the same demo account"
+    );
+    let listed = accounts(&env);
+    assert_eq!(listed.len(), 2, "no new accounts: {listed:?}");
+    assert!(
+        listed.iter().all(|a| a[2] == "1" && a[3] == "demo"),
+        "{listed:?}"
+    );
+}
+
+on_each_backend!(
+    an_existing_account_named_demo_gets_no_token,
+    cross_site_requests_to_the_demo_are_refused,
+    the_previous_starts_demo_tokens_are_revoked,
+);
