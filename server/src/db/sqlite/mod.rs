@@ -270,7 +270,7 @@ mod tests {
     }
 
     fn new_file() -> (PathBuf, PathBuf) {
-        let dir = std::env::temp_dir().join(format!("idemkey-open-{}", Uuid::new_v4()));
+        let dir = std::env::temp_dir().join(format!("idemkey-open-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("x.db");
         (dir, path)
