@@ -44,13 +44,13 @@ async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Serve(args) => run_serve(args).await,
         Command::Migrate(database) => {
-            open_store(&database, &PgSettings::default()).await?;
+            open_store(&database, &cli_settings(&database)).await?;
             info!("migrations are up to date");
             Ok(())
         }
         Command::Fixture(args) => fixture::run(args).await,
         Command::Account(AccountCommand::Create { name, database }) => {
-            let store = open_store(&database, &PgSettings::default()).await?;
+            let store = open_store(&database, &cli_settings(&database)).await?;
             let token = NewToken::generate().map_err(|e| format!("no randomness: {e}"))?;
             let account = store
                 .create_account(&name, token.hash())
@@ -60,6 +60,14 @@ async fn run(cli: Cli) -> Result<(), String> {
             println!("{}", token.reveal());
             Ok(())
         }
+    }
+}
+
+/// The PostgreSQL settings of a one-off command.
+fn cli_settings(database: &DatabaseArgs) -> PgSettings {
+    PgSettings {
+        pooler: database.pg_pooler,
+        ..PgSettings::default()
     }
 }
 
@@ -93,6 +101,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         pool_wait: args.pool_wait,
         lock_timeout: args.lock_timeout,
         statement_timeout: args.statement_timeout,
+        pooler: args.database.pg_pooler,
         ..PgSettings::default()
     };
     match database_url(&args.database) {

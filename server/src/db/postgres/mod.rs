@@ -1,10 +1,12 @@
 //! PostgreSQL: a deadpool pool of tokio-postgres connections, the records
 //! store, the order statements and versioned migrations.
 //!
-//! Every connection starts with `lock_timeout` and `statement_timeout` set in
-//! its startup packet (no per-request `SET`), and the order route's
-//! statements are prepared once per connection (`prepare_cached`), so a new
-//! order and a replay each cost one round trip in the common case.
+//! Every direct connection starts with `lock_timeout` and `statement_timeout`
+//! set in its startup packet (no per-request `SET`), and every statement is
+//! unnamed and typed (`query_typed`: parse, bind and execute in one round
+//! trip), so a new order and a replay each cost one round trip in the common
+//! case, and nothing depends on a session surviving between transactions,
+//! which lets idemkey run behind PgBouncer in transaction mode ([`PgPooler`]).
 
 use std::time::Duration;
 
@@ -13,15 +15,18 @@ use deadpool_postgres::{
 };
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::{AccountId, PoolStatus, StoreError, TokenHash};
 
 mod orders;
+mod pooler;
 mod records;
 mod transaction;
 
+pub use pooler::PgPooler;
 pub use records::PgRecords;
 pub use transaction::{run_in_transaction, set_lock_timeout};
 
@@ -56,6 +61,9 @@ pub struct PgSettings {
     pub statement_timeout: Duration,
     /// Time allowed to open a connection.
     pub connect_timeout: Duration,
+    /// What sits between us and PostgreSQL (decides how the timeouts are
+    /// set).
+    pub pooler: PgPooler,
 }
 
 impl Default for PgSettings {
@@ -66,6 +74,7 @@ impl Default for PgSettings {
             lock_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
+            pooler: PgPooler::None,
         }
     }
 }
@@ -91,11 +100,9 @@ impl PgDb {
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Unavailable(format!("invalid database URL: {e}")))?;
-        config.options(format!(
-            "-c lock_timeout={} -c statement_timeout={}",
-            settings.lock_timeout.as_millis(),
-            settings.statement_timeout.as_millis()
-        ));
+        if let Some(options) = pooler::startup_options(settings) {
+            config.options(options);
+        }
         config.connect_timeout(settings.connect_timeout);
         if config.get_application_name().is_none() {
             config.application_name("idemkey-server");
@@ -118,56 +125,55 @@ impl PgDb {
             .build()
             .map_err(|e| StoreError::Unavailable(format!("pool: {e}")))?;
         let db = Self { pool };
+        if settings.pooler == PgPooler::Transaction {
+            let client = db.client().await?;
+            pooler::check_timeouts(&client, settings).await?;
+        }
         db.migrate().await?;
         Ok(db)
     }
 
-    /// Applies pending migrations under an advisory lock, so that two
-    /// processes starting at once apply each migration exactly once.
+    /// Applies pending migrations in one transaction under a
+    /// transaction-level advisory lock, so that two processes starting at
+    /// once apply each migration exactly once; the lock ends with the
+    /// transaction, also behind a transaction pooler (a session-level lock
+    /// would stay on whichever server connection the pooler picked).
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
-        client
-            .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        let tx = client.transaction().await.map_err(db_error)?;
+        tx.execute_typed(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[(&MIGRATION_LOCK, Type::INT8)],
+        )
+        .await
+        .map_err(db_error)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version integer PRIMARY KEY,
+                 name text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(db_error)?;
+        let applied = applied_versions(&*tx).await?;
+        let mut done = Vec::new();
+        for (version, name, sql) in MIGRATIONS {
+            if applied.contains(version) {
+                continue;
+            }
+            tx.batch_execute(sql).await.map_err(db_error)?;
+            tx.execute_typed(
+                "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                &[(version, Type::INT4), (name, Type::TEXT)],
+            )
             .await
             .map_err(db_error)?;
-        let result = async {
-            client
-                .batch_execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations (
-                         version integer PRIMARY KEY,
-                         name text NOT NULL,
-                         applied_at timestamptz NOT NULL DEFAULT now())",
-                )
-                .await?;
-            for (version, name, sql) in MIGRATIONS {
-                let done = client
-                    .query_opt(
-                        "SELECT 1 FROM schema_migrations WHERE version = $1",
-                        &[version],
-                    )
-                    .await?
-                    .is_some();
-                if done {
-                    continue;
-                }
-                let tx = client.transaction().await?;
-                tx.batch_execute(sql).await?;
-                tx.execute(
-                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-                    &[version, name],
-                )
-                .await?;
-                tx.commit().await?;
-                info!(version, name, "applied migration");
-            }
-            Ok::<(), tokio_postgres::Error>(())
+            done.push((version, name));
         }
-        .await;
-        let unlock = client
-            .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-            .await;
-        result.map_err(db_error)?;
-        unlock.map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        for (version, name) in done {
+            info!(version, name, "applied migration");
+        }
         Ok(())
     }
 
@@ -193,11 +199,7 @@ impl PgDb {
 
     pub(super) async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
         let client = self.client().await?;
-        let rows = client
-            .query("SELECT version FROM schema_migrations", &[])
-            .await
-            .map_err(db_error)?;
-        let applied: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
+        let applied = applied_versions(&**client).await?;
         Ok(MIGRATIONS
             .iter()
             .filter(|(version, _, _)| !applied.contains(version))
@@ -223,18 +225,8 @@ impl PgDb {
         let mut client = self.client().await?;
         let id = Uuid::new_v4();
         let tx = client.transaction().await.map_err(db_error)?;
-        tx.execute(
-            "INSERT INTO accounts (id, name) VALUES ($1, $2)",
-            &[&id, &name],
-        )
-        .await
-        .map_err(db_error)?;
-        tx.execute(
-            "INSERT INTO api_tokens (token_hash, account_id) VALUES ($1, $2)",
-            &[&&token.0[..], &id],
-        )
-        .await
-        .map_err(db_error)?;
+        insert_account(&tx, id, name).await?;
+        insert_token(&tx, &token, id).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(AccountId(id))
     }
@@ -247,13 +239,16 @@ impl PgDb {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
         // Two processes starting in demo mode at once make one account.
-        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&name])
-            .await
-            .map_err(db_error)?;
+        tx.execute_typed(
+            "SELECT pg_advisory_xact_lock(hashtext($1))",
+            &[(&name, Type::TEXT)],
+        )
+        .await
+        .map_err(db_error)?;
         let existing = tx
-            .query_opt(
+            .query_typed_opt(
                 "SELECT id FROM accounts WHERE name = $1 ORDER BY created_at, id LIMIT 1",
-                &[&name],
+                &[(&name, Type::TEXT)],
             )
             .await
             .map_err(db_error)?;
@@ -261,24 +256,55 @@ impl PgDb {
             Some(row) => row.try_get(0).map_err(db_error)?,
             None => {
                 let id = Uuid::new_v4();
-                tx.execute(
-                    "INSERT INTO accounts (id, name) VALUES ($1, $2)",
-                    &[&id, &name],
-                )
-                .await
-                .map_err(db_error)?;
+                insert_account(&tx, id, name).await?;
                 id
             }
         };
-        tx.execute(
-            "INSERT INTO api_tokens (token_hash, account_id) VALUES ($1, $2)",
-            &[&&token.0[..], &id],
-        )
-        .await
-        .map_err(db_error)?;
+        insert_token(&tx, &token, id).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(AccountId(id))
     }
+}
+
+/// The migrations a database has applied.
+async fn applied_versions(
+    client: &impl tokio_postgres::GenericClient,
+) -> Result<Vec<i32>, StoreError> {
+    let rows = client
+        .query_typed("SELECT version FROM schema_migrations", &[])
+        .await
+        .map_err(db_error)?;
+    rows.iter()
+        .map(|row| row.try_get(0).map_err(db_error))
+        .collect()
+}
+
+async fn insert_account(
+    tx: &tokio_postgres::Transaction<'_>,
+    id: Uuid,
+    name: &str,
+) -> Result<(), StoreError> {
+    tx.execute_typed(
+        "INSERT INTO accounts (id, name) VALUES ($1, $2)",
+        &[(&id, Type::UUID), (&name, Type::TEXT)],
+    )
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+async fn insert_token(
+    tx: &tokio_postgres::Transaction<'_>,
+    token: &TokenHash,
+    account: Uuid,
+) -> Result<(), StoreError> {
+    tx.execute_typed(
+        "INSERT INTO api_tokens (token_hash, account_id) VALUES ($1, $2)",
+        &[(&&token.0[..], Type::BYTEA), (&account, Type::UUID)],
+    )
+    .await
+    .map_err(db_error)?;
+    Ok(())
 }
 
 /// Maps a database error by SQLSTATE (never by message text). The message

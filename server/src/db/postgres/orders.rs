@@ -1,10 +1,11 @@
 //! The order route's statements on PostgreSQL: the one-round-trip fast
 //! path of `POST /orders`, its transactional slow path, and the reads.
+//! Every statement is unnamed and typed (`query_typed`): one round trip,
+//! nothing left on the server connection (see [`super::PgPooler`]).
 
-use deadpool_postgres::GenericClient as _;
 use idemkey_core::{Decision, IdempotencyKey, OperationId};
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 use super::records::read_from_row;
@@ -33,10 +34,6 @@ impl PgDb {
         policy: &Policy,
     ) -> Result<Authed<Outcome<()>>, StoreError> {
         let mut client = self.client().await?;
-        let stmt = client
-            .prepare_cached(CREATE_ORDER)
-            .await
-            .map_err(db_error)?;
         let fingerprint = &draft.fingerprint.as_bytes()[..];
         let (operation, key) = (draft.operation.as_str(), draft.key.as_str());
         let headers = draft.response.headers_json();
@@ -46,28 +43,34 @@ impl PgDb {
         let created_at = to_system_time(draft.order.created_at);
         let status = i32::from(draft.response.status);
         let claim = ClaimToken::random().0;
-        let params: [&(dyn ToSql + Sync); 13] = [
-            &&token.0[..],
-            &operation,
-            &key,
-            &fingerprint,
-            &claim,
-            &body,
-            &headers,
-            &replay,
-            &draft.order.id,
-            &draft.order.sku,
-            &quantity,
-            &created_at,
-            &status,
+        let params: [(&(dyn ToSql + Sync), Type); 13] = [
+            (&&token.0[..], Type::BYTEA),
+            (&operation, Type::TEXT),
+            (&key, Type::TEXT),
+            (&fingerprint, Type::BYTEA),
+            (&claim, Type::UUID),
+            (&body, Type::BYTEA),
+            (&headers, Type::TEXT),
+            (&replay, Type::INT8),
+            (&draft.order.id, Type::UUID),
+            (&draft.order.sku, Type::TEXT),
+            (&quantity, Type::INT4),
+            (&created_at, Type::TIMESTAMPTZ),
+            (&status, Type::INT4),
         ];
         let rows = match crate::faults::Hold::current() {
-            None => client.query(&stmt, &params).await.map_err(db_error)?,
+            None => client
+                .query_typed(CREATE_ORDER, &params)
+                .await
+                .map_err(db_error)?,
             // A test fault: the same statement, its transaction held open
             // before the commit when it created the order.
             Some(hold) => {
                 let tx = client.transaction().await.map_err(db_error)?;
-                let rows = tx.query(&stmt, &params).await.map_err(db_error)?;
+                let rows = tx
+                    .query_typed(CREATE_ORDER, &params)
+                    .await
+                    .map_err(db_error)?;
                 if rows
                     .first()
                     .and_then(|r| r.try_get::<_, &str>("outcome").ok())
@@ -121,9 +124,15 @@ impl PgDb {
                 Box::pin(async move {
                     let quantity = i32::from(order.quantity);
                     let created_at = to_system_time(order.created_at);
-                    tx.execute(
+                    tx.execute_typed(
                         INSERT_ORDER,
-                        &[&order.id, &account.0, &order.sku, &quantity, &created_at],
+                        &[
+                            (&order.id, Type::UUID),
+                            (&account.0, Type::UUID),
+                            (&order.sku, Type::TEXT),
+                            (&quantity, Type::INT4),
+                            (&created_at, Type::TIMESTAMPTZ),
+                        ],
                     )
                     .await
                     .map_err(db_error)?;
@@ -163,9 +172,8 @@ impl PgDb {
         id: Uuid,
     ) -> Result<Authed<Option<Order>>, StoreError> {
         let client = self.client().await?;
-        let stmt = client.prepare_cached(ORDER).await.map_err(db_error)?;
         let Some(row) = client
-            .query_opt(&stmt, &[&&token.0[..], &id])
+            .query_typed_opt(ORDER, &[(&&token.0[..], Type::BYTEA), (&id, Type::UUID)])
             .await
             .map_err(db_error)?
         else {
@@ -180,12 +188,14 @@ impl PgDb {
         limit: u32,
     ) -> Result<Authed<Vec<Order>>, StoreError> {
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(RECENT_ORDERS)
-            .await
-            .map_err(db_error)?;
         let rows = client
-            .query(&stmt, &[&&token.0[..], &i64::from(limit)])
+            .query_typed(
+                RECENT_ORDERS,
+                &[
+                    (&&token.0[..], Type::BYTEA),
+                    (&i64::from(limit), Type::INT8),
+                ],
+            )
             .await
             .map_err(db_error)?;
         if rows.is_empty() {
@@ -205,9 +215,15 @@ async fn lookup_row(
     operation: &str,
     key: &str,
 ) -> Result<Authed<(AccountId, Read)>, StoreError> {
-    let stmt = client.prepare_cached(LOOKUP).await.map_err(db_error)?;
     let row = client
-        .query_opt(&stmt, &[&&token.0[..], &operation, &key])
+        .query_typed_opt(
+            LOOKUP,
+            &[
+                (&&token.0[..], Type::BYTEA),
+                (&operation, Type::TEXT),
+                (&key, Type::TEXT),
+            ],
+        )
         .await
         .map_err(db_error)?;
     match row {

@@ -1,0 +1,110 @@
+//! Running behind a connection pooler in transaction mode (PgBouncer's
+//! `pool_mode = transaction`), where consecutive transactions of one client
+//! connection may run on different server connections.
+//!
+//! What idemkey needs from a session, and how each survives the pooler:
+//! - statements: always unnamed (`query_typed`, parse + bind + execute in
+//!   one round trip), never named prepared statements, which live on one
+//!   server connection (PgBouncer 1.18 does not track them);
+//! - the migration lock: `pg_advisory_xact_lock`, released by the
+//!   transaction that holds it, never a session-level advisory lock;
+//! - `lock_timeout` and `statement_timeout`: sent as the startup parameter
+//!   `options` on a direct connection; PgBouncer refuses that parameter
+//!   (`unsupported startup parameter: options`) or, listed in
+//!   `ignore_startup_parameters`, drops it silently. Behind a pooler they
+//!   come from the role's or database's settings, which this module checks.
+
+use std::time::Duration;
+
+use clap::ValueEnum;
+use tokio_postgres::Client;
+use tracing::{info, warn};
+
+use super::{PgSettings, db_error};
+use crate::db::StoreError;
+
+/// What sits between idemkey and PostgreSQL.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum PgPooler {
+    /// Nothing, or a pooler in session mode that passes the startup
+    /// parameter `options` on: the timeouts go in every connection's
+    /// startup packet.
+    #[default]
+    None,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`):
+    /// no startup `options`; `lock_timeout` and `statement_timeout` must be
+    /// set on the role or database (`ALTER ROLE … SET`), checked at start.
+    Transaction,
+}
+
+/// The startup `options` that set the timeouts of every session, where the
+/// connection path lets them through.
+pub(super) fn startup_options(settings: &PgSettings) -> Option<String> {
+    (settings.pooler == PgPooler::None).then(|| {
+        format!(
+            "-c lock_timeout={} -c statement_timeout={}",
+            settings.lock_timeout.as_millis(),
+            settings.statement_timeout.as_millis()
+        )
+    })
+}
+
+/// Behind a transaction pooler: refuses to go on when the database leaves
+/// either timeout off (a lock or statement could then wait forever), and
+/// says so when its values differ from the configured ones (those are not
+/// sent and do not apply).
+pub(super) async fn check_timeouts(
+    client: &Client,
+    settings: &PgSettings,
+) -> Result<(), StoreError> {
+    let row = client
+        .query_typed_one(
+            "SELECT current_setting('lock_timeout') AS lock_timeout,
+                    current_setting('statement_timeout') AS statement_timeout,
+                    current_user AS role, current_database() AS database,
+                    (SELECT setting::bigint FROM pg_settings WHERE name = 'lock_timeout') AS lock_ms,
+                    (SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout')
+                        AS statement_ms",
+            &[],
+        )
+        .await
+        .map_err(db_error)?;
+    let text = |name: &str| row.try_get::<_, String>(name).map_err(db_error);
+    let ms = |name: &str| row.try_get::<_, i64>(name).map_err(db_error);
+    let (lock_ms, statement_ms) = (ms("lock_ms")?, ms("statement_ms")?);
+    let (role, database) = (text("role")?, text("database")?);
+    if lock_ms == 0 || statement_ms == 0 {
+        return Err(StoreError::Unavailable(format!(
+            "behind a transaction pooler (--pg-pooler transaction) the timeouts cannot be sent \
+             per connection, and the database leaves lock_timeout = {} and statement_timeout = {} \
+             (0 waits forever); set them on the role, directly on PostgreSQL: ALTER ROLE \"{role}\" \
+             IN DATABASE \"{database}\" SET lock_timeout = '{}ms'; ALTER ROLE \"{role}\" IN \
+             DATABASE \"{database}\" SET statement_timeout = '{}ms'; then let the pooler reconnect \
+             (PgBouncer: RECONNECT)",
+            text("lock_timeout")?,
+            text("statement_timeout")?,
+            settings.lock_timeout.as_millis(),
+            settings.statement_timeout.as_millis(),
+        )));
+    }
+    let (lock, statement) = (
+        Duration::from_millis(lock_ms.unsigned_abs()),
+        Duration::from_millis(statement_ms.unsigned_abs()),
+    );
+    if lock != settings.lock_timeout || statement != settings.statement_timeout {
+        warn!(
+            database_lock_timeout_ms = lock_ms,
+            database_statement_timeout_ms = statement_ms,
+            configured_lock_timeout_ms = settings.lock_timeout.as_millis(),
+            configured_statement_timeout_ms = settings.statement_timeout.as_millis(),
+            "behind a transaction pooler the database's timeouts apply, not the configured ones"
+        );
+    } else {
+        info!(
+            lock_timeout_ms = lock_ms,
+            statement_timeout_ms = statement_ms,
+            "behind a transaction pooler: the role's timeouts apply"
+        );
+    }
+    Ok(())
+}
