@@ -360,3 +360,25 @@ async fn behind_pgbouncer_the_role_must_hold_the_timeouts() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooler_that_drops_the_startup_options_is_detected() {
+    // `ignore_startup_parameters = options`: PgBouncer accepts the
+    // connection and drops the timeouts; without --pg-pooler the server
+    // would run with none and with named statements: it refuses to start.
+    let env = Env::new(Backend::Postgres);
+    let bouncer = PgBouncer::start_with(
+        env.cluster(),
+        PgBouncerOptions::new().ignore_startup_parameter("options"),
+    )
+    .expect("start pgbouncer");
+    let out = Command::new(BIN)
+        .args(["migrate", "--database-url", &bouncer.url(&env.db)])
+        .env_remove("DATABASE_URL")
+        .env_remove("IDEMKEY_PG_POOLER")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--pg-pooler transaction"), "{stderr}");
+}

@@ -2,11 +2,11 @@
 //! store, the order statements and versioned migrations.
 //!
 //! Every direct connection starts with `lock_timeout` and `statement_timeout`
-//! set in its startup packet (no per-request `SET`), and every statement is
-//! unnamed and typed (`query_typed`: parse, bind and execute in one round
-//! trip), so a new order and a replay each cost one round trip in the common
-//! case, and nothing depends on a session surviving between transactions,
-//! which lets idemkey run behind PgBouncer in transaction mode ([`PgPooler`]).
+//! set in its startup packet (no per-request `SET`), and the order route's
+//! statements are prepared once per connection (`prepare_cached`), so a new
+//! order and a replay each cost one round trip in the common case. Behind a
+//! transaction pooler ([`PgPooler::Transaction`]) no statement depends on
+//! the session: all are unnamed (`query_typed`, still one round trip).
 
 use std::time::Duration;
 
@@ -83,6 +83,7 @@ impl Default for PgSettings {
 #[derive(Clone)]
 pub struct PgDb {
     pool: Pool,
+    pooler: PgPooler,
 }
 
 impl std::fmt::Debug for PgDb {
@@ -124,11 +125,11 @@ impl PgDb {
             })
             .build()
             .map_err(|e| StoreError::Unavailable(format!("pool: {e}")))?;
-        let db = Self { pool };
-        if settings.pooler == PgPooler::Transaction {
-            let client = db.client().await?;
-            pooler::check_timeouts(&client, settings).await?;
-        }
+        let db = Self {
+            pool,
+            pooler: settings.pooler,
+        };
+        pooler::check_timeouts(&*db.client().await?, settings).await?;
         db.migrate().await?;
         Ok(db)
     }

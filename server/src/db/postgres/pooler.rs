@@ -3,9 +3,12 @@
 //! connection may run on different server connections.
 //!
 //! What idemkey needs from a session, and how each survives the pooler:
-//! - statements: always unnamed (`query_typed`, parse + bind + execute in
-//!   one round trip), never named prepared statements, which live on one
-//!   server connection (PgBouncer 1.18 does not track them);
+//! - statements: on a direct connection the order route prepares its
+//!   statements once per connection (planning the fused statement costs
+//!   more than running it); behind a transaction pooler every statement is
+//!   unnamed (`query_typed`, parse + bind + execute in one round trip),
+//!   since a named one lives on one server connection and PgBouncer 1.18
+//!   does not track them (`prepared statement "s5" does not exist`);
 //! - the migration lock: `pg_advisory_xact_lock`, released by the
 //!   transaction that holds it, never a session-level advisory lock;
 //! - `lock_timeout` and `statement_timeout`: sent as the startup parameter
@@ -28,12 +31,14 @@ use crate::db::StoreError;
 pub enum PgPooler {
     /// Nothing, or a pooler in session mode that passes the startup
     /// parameter `options` on: the timeouts go in every connection's
-    /// startup packet.
+    /// startup packet and the order route's statements are prepared once
+    /// per connection.
     #[default]
     None,
     /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`):
-    /// no startup `options`; `lock_timeout` and `statement_timeout` must be
-    /// set on the role or database (`ALTER ROLE … SET`), checked at start.
+    /// unnamed statements only and no startup `options`; `lock_timeout` and
+    /// `statement_timeout` must be set on the role or database
+    /// (`ALTER ROLE … SET`), checked at start.
     Transaction,
 }
 
@@ -49,10 +54,12 @@ pub(super) fn startup_options(settings: &PgSettings) -> Option<String> {
     })
 }
 
-/// Behind a transaction pooler: refuses to go on when the database leaves
-/// either timeout off (a lock or statement could then wait forever), and
-/// says so when its values differ from the configured ones (those are not
-/// sent and do not apply).
+/// Checks at start that the sessions get bounded timeouts. Direct: that
+/// the startup `options` arrived (a pooler told to ignore them drops them
+/// silently). Behind a transaction pooler: refuses to go on when the
+/// database leaves either timeout off (a lock or statement could then wait
+/// forever), and says so when its values differ from the configured ones
+/// (those are not sent and do not apply).
 pub(super) async fn check_timeouts(
     client: &Client,
     settings: &PgSettings,
@@ -73,6 +80,24 @@ pub(super) async fn check_timeouts(
     let ms = |name: &str| row.try_get::<_, i64>(name).map_err(db_error);
     let (lock_ms, statement_ms) = (ms("lock_ms")?, ms("statement_ms")?);
     let (role, database) = (text("role")?, text("database")?);
+    let (lock, statement) = (
+        Duration::from_millis(lock_ms.unsigned_abs()),
+        Duration::from_millis(statement_ms.unsigned_abs()),
+    );
+    let configured = lock == settings.lock_timeout && statement == settings.statement_timeout;
+    if settings.pooler == PgPooler::None {
+        if configured {
+            return Ok(());
+        }
+        return Err(StoreError::Unavailable(format!(
+            "the timeouts sent at connection (startup parameter options) did not reach \
+             PostgreSQL: it reports lock_timeout = {} and statement_timeout = {}; a pooler \
+             dropped them (PgBouncer's ignore_startup_parameters): behind a pooler, use \
+             --pg-pooler transaction (docs/pgbouncer.md)",
+            text("lock_timeout")?,
+            text("statement_timeout")?,
+        )));
+    }
     if lock_ms == 0 || statement_ms == 0 {
         return Err(StoreError::Unavailable(format!(
             "behind a transaction pooler (--pg-pooler transaction) the timeouts cannot be sent \
@@ -87,11 +112,7 @@ pub(super) async fn check_timeouts(
             settings.statement_timeout.as_millis(),
         )));
     }
-    let (lock, statement) = (
-        Duration::from_millis(lock_ms.unsigned_abs()),
-        Duration::from_millis(statement_ms.unsigned_abs()),
-    );
-    if lock != settings.lock_timeout || statement != settings.statement_timeout {
+    if !configured {
         warn!(
             database_lock_timeout_ms = lock_ms,
             database_statement_timeout_ms = statement_ms,
