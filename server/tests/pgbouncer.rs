@@ -336,6 +336,19 @@ async fn pay(pg: PgDb, account: AccountId, key: String) -> Outcome {
     .expect("in_transaction")
 }
 
+/// `idemkey-server migrate` through `url` without `--pg-pooler`: it must
+/// fail; what it said.
+fn refused_without_flag(url: &str) -> String {
+    let out = Command::new(BIN)
+        .args(["migrate", "--database-url", url])
+        .env_remove("DATABASE_URL")
+        .env_remove("IDEMKEY_PG_POOLER")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_pgbouncer_the_role_must_hold_the_timeouts() {
     // Without the role's settings, the server refuses to start and says
@@ -347,14 +360,7 @@ async fn behind_pgbouncer_the_role_must_hold_the_timeouts() {
     assert!(stderr.contains("ALTER ROLE"), "{stderr}");
     // Without --pg-pooler, PgBouncer refuses the startup parameter that
     // carries the timeouts of a direct connection.
-    let out = Command::new(BIN)
-        .args(["migrate", "--database-url", &b.url])
-        .env_remove("DATABASE_URL")
-        .env_remove("IDEMKEY_PG_POOLER")
-        .output()
-        .expect("run");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused_without_flag(&b.url);
     assert!(
         stderr.contains("unsupported startup parameter: options"),
         "{stderr}"
@@ -372,13 +378,6 @@ async fn a_pooler_that_drops_the_startup_options_is_detected() {
         PgBouncerOptions::new().ignore_startup_parameter("options"),
     )
     .expect("start pgbouncer");
-    let out = Command::new(BIN)
-        .args(["migrate", "--database-url", &bouncer.url(&env.db)])
-        .env_remove("DATABASE_URL")
-        .env_remove("IDEMKEY_PG_POOLER")
-        .output()
-        .expect("run");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused_without_flag(&bouncer.url(&env.db));
     assert!(stderr.contains("--pg-pooler transaction"), "{stderr}");
 }
