@@ -17,8 +17,6 @@
 //!   `ignore_startup_parameters`, drops it silently. Behind a pooler they
 //!   come from the role's or database's settings, which this module checks.
 
-use std::time::Duration;
-
 use clap::ValueEnum;
 use tokio_postgres::Client;
 use tracing::{info, warn};
@@ -80,11 +78,9 @@ pub(super) async fn check_timeouts(
     let ms = |name: &str| row.try_get::<_, i64>(name).map_err(db_error);
     let (lock_ms, statement_ms) = (ms("lock_ms")?, ms("statement_ms")?);
     let (role, database) = (text("role")?, text("database")?);
-    let (lock, statement) = (
-        Duration::from_millis(lock_ms.unsigned_abs()),
-        Duration::from_millis(statement_ms.unsigned_abs()),
-    );
-    let configured = lock == settings.lock_timeout && statement == settings.statement_timeout;
+    // Compared in whole milliseconds, the unit both are sent in.
+    let configured = u128::from(lock_ms.unsigned_abs()) == settings.lock_timeout.as_millis()
+        && u128::from(statement_ms.unsigned_abs()) == settings.statement_timeout.as_millis();
     if settings.pooler == PgPooler::None {
         if configured {
             return Ok(());
