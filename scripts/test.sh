@@ -142,6 +142,19 @@ print(" ".join(["component:" + c for c in t.get("components", [])] + ["target:" 
         fi
     fi
     redis-server --version
+
+    # PgBouncer: the PgBouncer tests put a throwaway one (transaction
+    # pooling) in front of a throwaway cluster (idemkey-testkit).
+    if [[ ! -x /usr/sbin/pgbouncer ]]; then
+        if [[ $EUID -eq 0 ]] && have apt-get; then
+            apt-get update -qq
+            apt-get install -y -qq --no-install-recommends pgbouncer
+        else
+            echo "/usr/sbin/pgbouncer not found: install Debian's pgbouncer" >&2
+            return 1
+        fi
+    fi
+    /usr/sbin/pgbouncer --version | head -1
 }
 
 # ---- (b)-(e) the workspace ----------------------------------------------

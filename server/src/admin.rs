@@ -9,9 +9,7 @@ use idemkey_server::db::{AccountId, AccountSummary, Db, DemoAccount, Revocation,
 use idemkey_server::routes::{DemoAccounts, rfc3339};
 use tracing::info;
 
-use idemkey_server::db::PgSettings;
-
-use crate::open_store;
+use crate::{cli_settings, open_store};
 
 /// The names of demo mode's accounts, by slot (the slot, not the name, is
 /// how they are found again).
@@ -21,7 +19,7 @@ const DEMO_ACCOUNTS: [(i16, &str); 2] = [(1, "demo"), (2, "demo-b")];
 pub async fn account(command: AccountCommand) -> Result<(), String> {
     match command {
         AccountCommand::Create { name, database } => {
-            let store = open_store(&database, &PgSettings::default()).await?;
+            let store = open_store(&database, &cli_settings(&database)).await?;
             let token = new_token()?;
             let account = store
                 .create_account(&name, token.hash())
@@ -31,7 +29,7 @@ pub async fn account(command: AccountCommand) -> Result<(), String> {
             println!("{}", token.reveal());
         }
         AccountCommand::List { database } => {
-            let store = open_store(&database, &PgSettings::default()).await?;
+            let store = open_store(&database, &cli_settings(&database)).await?;
             let accounts = store
                 .list_accounts()
                 .await
@@ -56,7 +54,7 @@ pub async fn account(command: AccountCommand) -> Result<(), String> {
 pub async fn token(command: TokenCommand) -> Result<(), String> {
     match command {
         TokenCommand::Create { account, database } => {
-            let store = open_store(&database, &PgSettings::default()).await?;
+            let store = open_store(&database, &cli_settings(&database)).await?;
             let account = resolve(&store, &account).await?;
             let token = new_token()?;
             let id = store
@@ -71,7 +69,7 @@ pub async fn token(command: TokenCommand) -> Result<(), String> {
             println!("{}", token.reveal());
         }
         TokenCommand::List { account, database } => {
-            let store = open_store(&database, &PgSettings::default()).await?;
+            let store = open_store(&database, &cli_settings(&database)).await?;
             let account = resolve(&store, &account).await?;
             let tokens = store
                 .list_tokens(account.id)
@@ -90,7 +88,7 @@ pub async fn token(command: TokenCommand) -> Result<(), String> {
             }
         }
         TokenCommand::Revoke { id, database } => {
-            let store = open_store(&database, &PgSettings::default()).await?;
+            let store = open_store(&database, &cli_settings(&database)).await?;
             match store
                 .revoke_token(TokenId(id))
                 .await

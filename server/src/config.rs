@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use idemkey_core::{ExpiryPolicy, KeyProfile};
 
+use crate::db::PgPooler;
+
 /// Environment variable that must be `1` for `--test-faults` to be accepted.
 pub const ALLOW_TEST_FAULTS_ENV: &str = "IDEMKEY_ALLOW_TEST_FAULTS";
 
@@ -100,6 +102,11 @@ pub struct DatabaseArgs {
     /// working directory.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: Option<String>,
+    /// PostgreSQL only: `transaction` behind a pooler in transaction mode
+    /// (PgBouncer's pool_mode = transaction); the timeouts then come from
+    /// the role's settings (docs/pgbouncer.md).
+    #[arg(long, env = "IDEMKEY_PG_POOLER", value_enum, default_value_t = PgPooler::None)]
+    pub pg_pooler: PgPooler,
 }
 
 /// Log line format.
@@ -195,6 +202,10 @@ pub struct FixtureArgs {
     /// the temporary directory.
     #[arg(long, env = "IDEMKEY_FIXTURE_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// PostgreSQL only: `transaction` behind a pooler in transaction mode
+    /// (docs/pgbouncer.md).
+    #[arg(long, env = "IDEMKEY_PG_POOLER", value_enum, default_value_t = PgPooler::None)]
+    pub pg_pooler: PgPooler,
     /// Redis only: replicas that must acknowledge each claim and completion
     /// (`WAIT`) before the request goes on; fewer in time answers 503.
     #[arg(long, default_value_t = 0)]

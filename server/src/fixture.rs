@@ -123,7 +123,11 @@ pub async fn run(args: FixtureArgs) -> Result<(), String> {
         ca_file: args.redis_ca_file.clone(),
         ..RedisSettings::default()
     };
-    let store = Db::open_with(&url, &PgSettings::default(), &redis)
+    let pg = PgSettings {
+        pooler: args.pg_pooler,
+        ..PgSettings::default()
+    };
+    let store = Db::open_with(&url, &pg, &redis)
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
     let backend = store.backend();

@@ -61,6 +61,13 @@
 //! # }
 //! ```
 //!
+//! # Behind PgBouncer (transaction pooling)
+//! The transaction keeps one server connection from `BEGIN` to `COMMIT`,
+//! so the closure's statements work as usual (`tx.execute("…", …)`
+//! prepares and closes its statement inside it). Never keep anything across
+//! transactions: no `prepare_cached`, no session `SET` (use
+//! [`Options::lock_timeout`], a `SET LOCAL`). See `docs/pgbouncer.md`.
+//!
 //! `client` may be a connection of [`crate::db::PgDb::pool`]
 //! (`&mut object` derefs to the `tokio_postgres::Client`). The database must
 //! be migrated ([`crate::db::Db::open`] does it).

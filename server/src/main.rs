@@ -44,13 +44,21 @@ async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Serve(args) => run_serve(args).await,
         Command::Migrate(database) => {
-            open_store(&database, &PgSettings::default()).await?;
+            open_store(&database, &cli_settings(&database)).await?;
             info!("migrations are up to date");
             Ok(())
         }
         Command::Fixture(args) => fixture::run(args).await,
         Command::Account(command) => admin::account(command).await,
         Command::Token(command) => admin::token(command).await,
+    }
+}
+
+/// The PostgreSQL settings of a one-off command.
+pub(crate) fn cli_settings(database: &DatabaseArgs) -> PgSettings {
+    PgSettings {
+        pooler: database.pg_pooler,
+        ..PgSettings::default()
     }
 }
 
@@ -87,6 +95,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         pool_wait: args.pool_wait,
         lock_timeout: args.lock_timeout,
         statement_timeout: args.statement_timeout,
+        pooler: args.database.pg_pooler,
         ..PgSettings::default()
     };
     match database_url(&args.database) {

@@ -1,5 +1,6 @@
 //! Throwaway PostgreSQL clusters (and Redis servers and clusters, see
-//! [`RedisNode`] and [`RedisCluster`]) for idemkey's integration tests.
+//! [`RedisNode`] and [`RedisCluster`], and PgBouncer, see [`PgBouncer`]) for
+//! idemkey's integration tests.
 //!
 //! This crate is dev-only (`publish = false`). It drives the machine's
 //! PostgreSQL server binaries (`initdb`, `pg_ctl`, `psql`, `createdb`) with
@@ -67,9 +68,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod pgbouncer;
 mod redis;
 mod tls;
 
+pub use pgbouncer::{PGBOUNCER, PgBouncer, PgBouncerOptions};
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
 pub use tls::{PgTls, SERVER_NAME};
 

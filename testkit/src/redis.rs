@@ -534,7 +534,7 @@ fn free_port_pair() -> io::Result<u16> {
 }
 
 /// Kills `pid` and removes `dir` once this process is gone.
-fn watchdog(pid: u32, dir: &Path) -> io::Result<Child> {
+pub(super) fn watchdog(pid: u32, dir: &Path) -> io::Result<Child> {
     const SCRIPT: &str = r#"
 owner=$1 pid=$2 dir=$3
 while kill -0 "$owner" 2>/dev/null; do sleep 0.5; done

@@ -23,7 +23,7 @@ pub mod postgres;
 pub mod redis;
 pub mod sqlite;
 
-pub use postgres::{PgDb, PgSettings};
+pub use postgres::{PgDb, PgPooler, PgSettings};
 pub use redis::{RedisDb, RedisSettings};
 pub use sqlite::SqliteDb;
 

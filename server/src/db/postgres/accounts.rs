@@ -1,10 +1,13 @@
 //! Accounts and tokens on PostgreSQL: the operator's commands, demo mode's
 //! start and the batched `last_used_at` (see [`crate::db::Db`]'s methods).
+//! Every statement is unnamed (`*_typed`), so these work behind a
+//! transaction-mode pooler too (see `pooler.rs`).
 
 use std::time::SystemTime;
 
 use idemkey_core::UnixMillis;
 use tokio_postgres::Row;
+use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 use super::{PgDb, db_error};
@@ -33,15 +36,18 @@ impl PgDb {
         let mut client = self.client().await?;
         let id = Uuid::new_v4();
         let tx = client.transaction().await.map_err(db_error)?;
-        tx.execute(
+        tx.execute_typed(
             "INSERT INTO accounts (id, name) VALUES ($1, $2)",
-            &[&id, &name],
+            &[(&id, Type::UUID), (&name, Type::TEXT)],
         )
         .await
         .map_err(db_error)?;
-        tx.execute(CREATE_TOKEN, &[&Uuid::new_v4(), &&token.0[..], &id])
-            .await
-            .map_err(db_error)?;
+        tx.execute_typed(
+            CREATE_TOKEN,
+            &token_params(&Uuid::new_v4(), &&token.0[..], &id),
+        )
+        .await
+        .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
         Ok(AccountId(id))
     }
@@ -52,7 +58,7 @@ impl PgDb {
     ) -> Result<Vec<AccountSummary>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(ACCOUNTS, &[&selector])
+            .query_typed(ACCOUNTS, &[(&selector, Type::TEXT)])
             .await
             .map_err(db_error)?;
         rows.iter().map(account_from_row).collect()
@@ -66,7 +72,10 @@ impl PgDb {
     ) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let added = client
-            .execute(CREATE_TOKEN, &[&id.0, &&token.0[..], &account.0])
+            .execute_typed(
+                CREATE_TOKEN,
+                &token_params(&id.0, &&token.0[..], &account.0),
+            )
             .await
             .map_err(db_error)?;
         Ok(added == 1)
@@ -78,7 +87,7 @@ impl PgDb {
     ) -> Result<Vec<TokenSummary>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(TOKENS, &[&account.0])
+            .query_typed(TOKENS, &[(&account.0, Type::UUID)])
             .await
             .map_err(db_error)?;
         rows.iter()
@@ -96,9 +105,11 @@ impl PgDb {
     pub(in crate::db) async fn revoke_token(&self, id: TokenId) -> Result<Revocation, StoreError> {
         let client = self.client().await?;
         let Some(row) = client
-            .query_opt(REVOKE_TOKEN, &[&id.0])
+            .query_typed(REVOKE_TOKEN, &[(&id.0, Type::UUID)])
             .await
             .map_err(db_error)?
+            .into_iter()
+            .next()
         else {
             return Ok(Revocation::Unknown);
         };
@@ -117,25 +128,34 @@ impl PgDb {
     ) -> Result<(Vec<AccountId>, u64), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&DEMO_LOCK])
-            .await
-            .map_err(db_error)?;
+        tx.execute_typed(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[(&DEMO_LOCK, Type::INT8)],
+        )
+        .await
+        .map_err(db_error)?;
         let mut ids = Vec::with_capacity(accounts.len());
         for account in accounts {
             let existing = tx
-                .query_opt(
+                .query_typed(
                     "SELECT id FROM accounts WHERE demo_slot = $1 ORDER BY created_at, id LIMIT 1",
-                    &[&account.slot],
+                    &[(&account.slot, Type::INT2)],
                 )
                 .await
-                .map_err(db_error)?;
+                .map_err(db_error)?
+                .into_iter()
+                .next();
             let id: Uuid = match existing {
                 Some(row) => row.try_get(0).map_err(db_error)?,
                 None => {
                     let id = Uuid::new_v4();
-                    tx.execute(
+                    tx.execute_typed(
                         "INSERT INTO accounts (id, name, demo_slot) VALUES ($1, $2, $3)",
-                        &[&id, &account.name, &account.slot],
+                        &[
+                            (&id, Type::UUID),
+                            (&account.name, Type::TEXT),
+                            (&account.slot, Type::INT2),
+                        ],
                     )
                     .await
                     .map_err(db_error)?;
@@ -144,11 +164,11 @@ impl PgDb {
             };
             ids.push(AccountId(id));
         }
-        let revoked = tx.execute(START_DEMO, &[]).await.map_err(db_error)?;
+        let revoked = tx.execute_typed(START_DEMO, &[]).await.map_err(db_error)?;
         for (account, id) in accounts.iter().zip(&ids) {
-            tx.execute(
+            tx.execute_typed(
                 CREATE_TOKEN,
-                &[&Uuid::new_v4(), &&account.token.0[..], &id.0],
+                &token_params(&Uuid::new_v4(), &&account.token.0[..], &id.0),
             )
             .await
             .map_err(db_error)?;
@@ -164,10 +184,19 @@ impl PgDb {
         let client = self.client().await?;
         let hashes: Vec<&[u8]> = tokens.iter().map(|t| &t.0[..]).collect();
         client
-            .execute(MARK_TOKENS_USED, &[&hashes])
+            .execute_typed(MARK_TOKENS_USED, &[(&hashes, Type::BYTEA_ARRAY)])
             .await
             .map_err(db_error)
     }
+}
+
+/// `create_token.sql`'s parameters: token id, token hash, account.
+fn token_params<'a>(
+    id: &'a Uuid,
+    hash: &'a &[u8],
+    account: &'a Uuid,
+) -> [(&'a (dyn ToSql + Sync), Type); 3] {
+    [(id, Type::UUID), (hash, Type::BYTEA), (account, Type::UUID)]
 }
 
 fn account_from_row(row: &Row) -> Result<AccountSummary, StoreError> {

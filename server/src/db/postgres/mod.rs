@@ -1,10 +1,12 @@
 //! PostgreSQL: a deadpool pool of tokio-postgres connections, the records
 //! store, the order statements and versioned migrations.
 //!
-//! Every connection starts with `lock_timeout` and `statement_timeout` set in
-//! its startup packet (no per-request `SET`), and the order route's
+//! Every direct connection starts with `lock_timeout` and `statement_timeout`
+//! set in its startup packet (no per-request `SET`), and the order route's
 //! statements are prepared once per connection (`prepare_cached`), so a new
-//! order and a replay each cost one round trip in the common case.
+//! order and a replay each cost one round trip in the common case. Behind a
+//! transaction pooler ([`PgPooler::Transaction`]) no statement depends on
+//! the session: all are unnamed (`query_typed`, still one round trip).
 
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Timeouts,
 };
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tracing::{info, warn};
 
 use super::{PoolStatus, StoreError};
@@ -19,11 +22,13 @@ use super::{PoolStatus, StoreError};
 mod accounts;
 mod conninfo;
 mod orders;
+mod pooler;
 mod records;
 mod tls;
 mod transaction;
 
 pub(crate) use conninfo::is_key_value;
+pub use pooler::PgPooler;
 pub use records::PgRecords;
 pub use transaction::{run_in_transaction, set_lock_timeout};
 
@@ -68,6 +73,9 @@ pub struct PgSettings {
     pub statement_timeout: Duration,
     /// Time allowed to open a connection.
     pub connect_timeout: Duration,
+    /// What sits between us and PostgreSQL (decides how the timeouts are
+    /// set).
+    pub pooler: PgPooler,
 }
 
 impl Default for PgSettings {
@@ -78,6 +86,7 @@ impl Default for PgSettings {
             lock_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
+            pooler: PgPooler::None,
         }
     }
 }
@@ -86,6 +95,7 @@ impl Default for PgSettings {
 #[derive(Clone)]
 pub struct PgDb {
     pool: Pool,
+    pooler: PgPooler,
 }
 
 impl std::fmt::Debug for PgDb {
@@ -102,14 +112,11 @@ impl PgDb {
     pub async fn connect(url: &str, settings: &PgSettings) -> Result<Self, StoreError> {
         let (mut config, tls) = tls::configure(url)
             .map_err(|e| StoreError::Unavailable(format!("invalid database URL: {e}")))?;
-        conninfo::add_options(
-            &mut config,
-            &format!(
-                "-c lock_timeout={} -c statement_timeout={}",
-                settings.lock_timeout.as_millis(),
-                settings.statement_timeout.as_millis()
-            ),
-        );
+        // Behind a transaction-mode pooler nothing may be sent as startup
+        // options (see pooler.rs); otherwise ours follow the URL's own.
+        if let Some(options) = pooler::startup_options(settings) {
+            conninfo::add_options(&mut config, &options);
+        }
         config.connect_timeout(settings.connect_timeout);
         if config.get_application_name().is_none() {
             config.application_name("idemkey-server");
@@ -131,57 +138,56 @@ impl PgDb {
             })
             .build()
             .map_err(|e| StoreError::Unavailable(format!("pool: {e}")))?;
-        let db = Self { pool };
+        let db = Self {
+            pool,
+            pooler: settings.pooler,
+        };
+        pooler::check_timeouts(&*db.client().await?, settings).await?;
         db.migrate().await?;
         Ok(db)
     }
 
-    /// Applies pending migrations under an advisory lock, so that two
-    /// processes starting at once apply each migration exactly once.
+    /// Applies pending migrations in one transaction under a
+    /// transaction-level advisory lock, so that two processes starting at
+    /// once apply each migration exactly once; the lock ends with the
+    /// transaction, also behind a transaction pooler (a session-level lock
+    /// would stay on whichever server connection the pooler picked).
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
-        client
-            .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        let tx = client.transaction().await.map_err(db_error)?;
+        tx.execute_typed(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[(&MIGRATION_LOCK, Type::INT8)],
+        )
+        .await
+        .map_err(db_error)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version integer PRIMARY KEY,
+                 name text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(db_error)?;
+        let applied = applied_versions(&*tx).await?;
+        let mut done = Vec::new();
+        for (version, name, sql) in MIGRATIONS {
+            if applied.contains(version) {
+                continue;
+            }
+            tx.batch_execute(sql).await.map_err(db_error)?;
+            tx.execute_typed(
+                "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                &[(version, Type::INT4), (name, Type::TEXT)],
+            )
             .await
             .map_err(db_error)?;
-        let result = async {
-            client
-                .batch_execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations (
-                         version integer PRIMARY KEY,
-                         name text NOT NULL,
-                         applied_at timestamptz NOT NULL DEFAULT now())",
-                )
-                .await?;
-            for (version, name, sql) in MIGRATIONS {
-                let done = client
-                    .query_opt(
-                        "SELECT 1 FROM schema_migrations WHERE version = $1",
-                        &[version],
-                    )
-                    .await?
-                    .is_some();
-                if done {
-                    continue;
-                }
-                let tx = client.transaction().await?;
-                tx.batch_execute(sql).await?;
-                tx.execute(
-                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-                    &[version, name],
-                )
-                .await?;
-                tx.commit().await?;
-                info!(version, name, "applied migration");
-            }
-            Ok::<(), tokio_postgres::Error>(())
+            done.push((version, name));
         }
-        .await;
-        let unlock = client
-            .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-            .await;
-        result.map_err(db_error)?;
-        unlock.map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        for (version, name) in done {
+            info!(version, name, "applied migration");
+        }
         Ok(())
     }
 
@@ -207,11 +213,7 @@ impl PgDb {
 
     pub(super) async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
         let client = self.client().await?;
-        let rows = client
-            .query("SELECT version FROM schema_migrations", &[])
-            .await
-            .map_err(db_error)?;
-        let applied: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
+        let applied = applied_versions(&**client).await?;
         Ok(MIGRATIONS
             .iter()
             .filter(|(version, _, _)| !applied.contains(version))
@@ -228,6 +230,19 @@ impl PgDb {
         client.simple_query("SELECT 1").await.map_err(db_error)?;
         Ok(())
     }
+}
+
+/// The migrations a database has applied.
+async fn applied_versions(
+    client: &impl tokio_postgres::GenericClient,
+) -> Result<Vec<i32>, StoreError> {
+    let rows = client
+        .query_typed("SELECT version FROM schema_migrations", &[])
+        .await
+        .map_err(db_error)?;
+    rows.iter()
+        .map(|row| row.try_get(0).map_err(db_error))
+        .collect()
 }
 
 /// Maps a database error by SQLSTATE (never by message text). The message
