@@ -294,6 +294,24 @@ mod tests {
         assert!(args.validate().is_ok());
     }
 
+    #[test]
+    fn load_shedding_caps_default_and_must_be_positive() {
+        let parse = |extra: &[&str]| {
+            let cli = Cli::try_parse_from([&["idemkey-server", "serve"], extra].concat()).unwrap();
+            let Command::Serve(args) = cli.command else {
+                panic!("serve")
+            };
+            args
+        };
+        let args = parse(&[]);
+        assert_eq!((args.max_connections, args.max_in_flight), (512, 256));
+        assert_eq!(args.limits(), crate::load_shed::Limits::default());
+        for zero in [["--max-connections", "0"], ["--max-in-flight", "0"]] {
+            let err = parse(&zero).validate_with(None).unwrap_err();
+            assert!(err.contains("at least 1"), "{err}");
+        }
+    }
+
     #[cfg(feature = "test-faults")]
     #[test]
     fn test_faults_need_the_environment_switch() {

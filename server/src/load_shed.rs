@@ -118,9 +118,9 @@ pub(crate) struct Shedder {
 impl Shedder {
     pub(crate) fn new(limits: Limits) -> Self {
         Self {
-            connections: Arc::new(Semaphore::new(limits.max_connections)),
-            rejecting: Arc::new(Semaphore::new(REJECTING_MAX)),
-            in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+            connections: Arc::new(places(limits.max_connections)),
+            rejecting: Arc::new(places(REJECTING_MAX)),
+            in_flight: Arc::new(places(limits.max_in_flight)),
         }
     }
 
@@ -143,6 +143,12 @@ impl Shedder {
             in_flight,
         ))
     }
+}
+
+/// A semaphore of `n` places (a cap beyond what a semaphore holds is no
+/// cap at all, never a panic).
+fn places(n: usize) -> Semaphore {
+    Semaphore::new(n.min(Semaphore::MAX_PERMITS))
 }
 
 /// `(connections, requests)` shed since the process started, for metrics.
@@ -216,4 +222,44 @@ pub(crate) async fn reject(stream: TcpStream, permit: OwnedSemaphorePermit) {
         debug!(error = %err, "rejected connection ended with an error");
     }
     drop(permit);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_the_cap_connections_are_answered_then_closed() {
+        let shedder = Shedder::new(Limits {
+            max_connections: 1,
+            max_in_flight: 1,
+        });
+        let served = shedder.admit();
+        assert!(matches!(served, Admission::Serve(_)));
+        let rejected: Vec<_> = (0..REJECTING_MAX).map(|_| shedder.admit()).collect();
+        assert!(rejected.iter().all(|a| matches!(a, Admission::Reject(_))));
+        assert!(matches!(shedder.admit(), Admission::Close));
+        // A place freed is a place again.
+        drop(served);
+        assert!(matches!(shedder.admit(), Admission::Serve(_)));
+    }
+
+    #[test]
+    fn a_cap_beyond_a_semaphore_is_no_cap_not_a_panic() {
+        assert_eq!(
+            places(usize::MAX).available_permits(),
+            Semaphore::MAX_PERMITS
+        );
+    }
+
+    #[test]
+    fn the_answer_is_the_cores_503_with_retry_after() {
+        let response = overloaded();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+    }
 }
