@@ -235,15 +235,16 @@ fn load_config(size: Size, seed: u64) -> LoadConfig {
     }
 }
 
-/// Waits until the servers answer `/healthz` (bounded), so that a scenario
-/// starts its faults on a working system.
+/// Waits until the servers answer `/readyz` (bounded; `/healthz` does not
+/// ask the database), so that a scenario starts its faults on a working
+/// system.
 fn wait_healthy(rt: &tokio::runtime::Runtime, bases: &[String]) {
     rt.block_on(async {
         let client = reqwest::Client::new();
         for base in bases {
             for _ in 0..100 {
                 let ok = client
-                    .get(format!("{base}/healthz"))
+                    .get(format!("{base}/readyz"))
                     .send()
                     .await
                     .is_ok_and(|r| r.status().is_success());

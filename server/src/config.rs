@@ -144,9 +144,18 @@ pub struct ServeArgs {
     /// Largest number of database connections.
     #[arg(long, env = "IDEMKEY_POOL_SIZE", default_value_t = 10)]
     pub pool_size: usize,
-    /// How long a request waits for a database connection before 503.
+    /// How long a request waits for a database connection before 503 (on
+    /// SQLite: for its one connection and another process's write lock).
     #[arg(long, env = "IDEMKEY_POOL_WAIT", default_value = "5s", value_parser = parse_duration)]
     pub pool_wait: Duration,
+    /// Most client connections at once; past it a new connection gets 503
+    /// service-unavailable with Retry-After and is closed.
+    #[arg(long, env = "IDEMKEY_MAX_CONNECTIONS", default_value_t = crate::load_shed::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Most requests in progress at once (/healthz, /readyz, /metrics
+    /// aside); past it a request gets 503 service-unavailable at once.
+    #[arg(long, env = "IDEMKEY_MAX_IN_FLIGHT", default_value_t = crate::load_shed::DEFAULT_MAX_IN_FLIGHT)]
+    pub max_in_flight: usize,
     /// Longest lock wait (a concurrent request with the same key) before 409.
     #[arg(long, env = "IDEMKEY_LOCK_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub lock_timeout: Duration,
@@ -273,6 +282,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl ServeArgs {
+    /// The load-shedding caps these flags ask for.
+    pub fn limits(&self) -> crate::load_shed::Limits {
+        crate::load_shed::Limits {
+            max_connections: self.max_connections,
+            max_in_flight: self.max_in_flight,
+        }
+    }
+
     /// Checks what clap cannot: fault hooks need the explicit environment
     /// switch, and tombstones must outlive the replay window.
     pub fn validate(&self) -> Result<(), String> {
@@ -315,6 +332,9 @@ impl ServeArgs {
         }
         if self.pool_size == 0 || self.trim_batch == 0 {
             return Err("--pool-size and --trim-batch must be at least 1".into());
+        }
+        if self.max_connections == 0 || self.max_in_flight == 0 {
+            return Err("--max-connections and --max-in-flight must be at least 1".into());
         }
         Ok(())
     }
@@ -391,6 +411,18 @@ mod tests {
             serve(&["--bind", "0.0.0.0:3000"]).validate_with(None),
             Ok(())
         );
+    }
+
+    #[test]
+    fn load_shedding_caps_default_and_must_be_positive() {
+        let parse = serve;
+        let args = parse(&[]);
+        assert_eq!((args.max_connections, args.max_in_flight), (512, 256));
+        assert_eq!(args.limits(), crate::load_shed::Limits::default());
+        for zero in [["--max-connections", "0"], ["--max-in-flight", "0"]] {
+            let err = parse(&zero).validate_with(None).unwrap_err();
+            assert!(err.contains("at least 1"), "{err}");
+        }
     }
 
     #[cfg(feature = "test-faults")]

@@ -47,6 +47,7 @@ pub mod faults;
 pub mod idempotency;
 pub mod in_transaction;
 pub mod layer;
+pub mod load_shed;
 pub mod maintenance;
 pub mod metrics;
 pub mod operator;

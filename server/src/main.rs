@@ -166,9 +166,16 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         "listening on http://{local}"
     );
     let router = app(state).layer(axum::Extension(demo_accounts));
-    serve(listener, router, shutdown_signal(), args.shutdown_grace)
-        .await
-        .map_err(|e| format!("server error: {e}"))?;
+    let limits = args.limits();
+    serve::serve_with(
+        listener,
+        router,
+        shutdown_signal(),
+        args.shutdown_grace,
+        limits,
+    )
+    .await
+    .map_err(|e| format!("server error: {e}"))?;
     let _ = stop_tx.send(true);
     let _ = trimmer.await;
     let _ = usage.await;

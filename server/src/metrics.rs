@@ -8,6 +8,8 @@
 //!   before the engine (`invalid`, `unauthorized`, `unavailable`);
 //! - `idemkey_request_duration_seconds`: a latency histogram of
 //!   `POST /orders`;
+//! - `idemkey_shed_total{cap}` and `idemkey_in_flight`: load shed by
+//!   [`crate::load_shed`], requests in progress under its cap;
 //! - `idemkey_pool_*`: database pool gauges.
 //!
 //! Front ends count their own outcomes: the order route tags its response
@@ -167,6 +169,22 @@ impl Metrics {
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
         let _ = writeln!(out, "{name}_sum {sum}");
         let _ = writeln!(out, "{name}_count {}", self.count.load(Ordering::Relaxed));
+        let (connections, requests) = crate::load_shed::shed_counts();
+        let name = "idemkey_shed_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Load shed with 503: connections past --max-connections, requests past --max-in-flight."
+        );
+        let _ = writeln!(out, "# TYPE {name} counter");
+        let _ = writeln!(out, "{name}{{cap=\"connections\"}} {connections}");
+        let _ = writeln!(out, "{name}{{cap=\"in_flight\"}} {requests}");
+        let name = "idemkey_in_flight";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests in progress under --max-in-flight."
+        );
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "{name} {}", crate::load_shed::in_flight_count());
         let status = db.pool_status();
         let backend = db.backend();
         for (gauge, help, value) in [

@@ -47,11 +47,16 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// `GET /readyz`: 200 when the database answers and every migration this
-/// build knows is applied; 503 `service-unavailable` otherwise.
+/// How long `/readyz` waits for the database, whatever `--pool-wait` says:
+/// a probe must answer before its prober gives up.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `GET /readyz`: 200 when the database answers within [`READY_TIMEOUT`]
+/// (on SQLite: grants the write lock) and every migration this build knows
+/// is applied; 503 `service-unavailable` otherwise.
 async fn readyz(State(state): State<AppState>) -> Response {
     let store = state.db();
-    let reason = match store.pending_migrations().await {
+    let reason = match store.ready(READY_TIMEOUT).await {
         Ok(pending) if pending.is_empty() => {
             return json(
                 StatusCode::OK,

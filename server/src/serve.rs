@@ -6,6 +6,10 @@
 //! close with no status line) needs a handle on the connection itself: a
 //! handler calls [`ConnectionControl::abort`], and the connection's task
 //! drops the connection, which closes the socket without writing anything.
+//!
+//! The loop also sheds load ([`crate::load_shed`]): connections past
+//! [`Limits::max_connections`] get a quick 503 and are closed, and requests
+//! past [`Limits::max_in_flight`] get a 503 before any handler runs.
 
 use std::future::Future;
 use std::io;
@@ -22,6 +26,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tower::ServiceExt as _;
 use tracing::{debug, info, warn};
+
+pub use crate::load_shed::Limits;
+use crate::load_shed::{self, Admission, Shedder};
 
 /// How long a client may take to send a request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,12 +58,26 @@ impl ConnectionControl {
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops
 /// accepting, lets in-flight requests finish for up to `grace`, and returns.
+/// Sheds load past the default [`Limits`].
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) -> io::Result<()> {
+    serve_with(listener, router, shutdown, grace, Limits::default()).await
+}
+
+/// [`serve()`], shedding load past `limits`.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+    limits: Limits,
+) -> io::Result<()> {
+    let shedder = Shedder::new(limits);
+    let router = shedder.limit_in_flight(router);
     let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -79,6 +100,18 @@ pub async fn serve(
         if let Err(err) = stream.set_nodelay(true) {
             debug!(error = %err, "set_nodelay failed");
         }
+        let place = match shedder.admit() {
+            Admission::Serve(place) => place,
+            Admission::Reject(place) => {
+                debug!(%peer, "connection cap reached: 503");
+                tokio::spawn(load_shed::reject(stream, place));
+                continue;
+            }
+            Admission::Close => {
+                debug!(%peer, "connection cap reached: closed");
+                continue;
+            }
+        };
         let control = ConnectionControl::new();
         let for_requests = control.clone();
         let router = router.clone();
@@ -88,6 +121,7 @@ pub async fn serve(
         });
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
+            let _place = place;
             tokio::select! {
                 result = connection => {
                     if let Err(err) = result {

@@ -249,8 +249,11 @@ async fn keys_and_orders_survive_a_database_restart(backend: Backend) {
     let down = server.post_order(&token, &key, BODY).await;
     down.assert_problem(503, "service-unavailable");
     assert!(down.header("retry-after").is_some());
+    // Liveness does not touch the database; readiness does.
     let health = server.get(&token, "/healthz").await;
-    health.assert_problem(503, "service-unavailable");
+    assert_eq!(health.status, 200, "{}", health.body);
+    let ready = server.get(&token, "/readyz").await;
+    ready.assert_problem(503, "service-unavailable");
 
     env.cluster_mut().start_again().unwrap();
     let replay = server.post_order(&token, ARTICLE_KEY, BODY).await;

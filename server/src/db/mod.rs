@@ -172,7 +172,9 @@ impl Db {
                     "sqlite:// needs a file path".into(),
                 ));
             }
-            Ok(Self::Sqlite(SqliteDb::open(path).await?))
+            Ok(Self::Sqlite(
+                SqliteDb::open_with_wait(path, settings.pool_wait).await?,
+            ))
         } else {
             // The URL may hold a password: never repeat it.
             Err(StoreError::Unavailable(
@@ -208,6 +210,22 @@ impl Db {
     /// applied (empty when it is up to date).
     pub async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
         each!(self, db => db.pending_migrations().await)
+    }
+
+    /// `/readyz`'s question: the migrations this build knows that the
+    /// database has not applied, answered within `within` or
+    /// [`StoreError::Unavailable`]. On SQLite the read takes the write lock,
+    /// so a lock another process holds past `within` means not ready.
+    pub async fn ready(&self, within: Duration) -> Result<Vec<i64>, StoreError> {
+        let check = async {
+            match self {
+                Self::Sqlite(db) => db.ready(within).await,
+                _ => self.pending_migrations().await,
+            }
+        };
+        tokio::time::timeout(within, check)
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("no answer in time".into())))
     }
 
     /// The connection pool's figures.

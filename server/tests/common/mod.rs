@@ -386,6 +386,11 @@ impl Server {
         json["count"].as_u64().expect("a count")
     }
 
+    /// The server process's id (to read its `/proc/<pid>/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything the server logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")

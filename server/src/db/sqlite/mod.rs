@@ -8,13 +8,22 @@
 //! The store's clock is SQLite's own (`unixepoch('subsec')` inside each
 //! statement). rusqlite is blocking: each call takes the store's one
 //! connection on a blocking thread.
+//!
+//! Every call's wait is bounded by one deadline (the server's
+//! `--pool-wait`): first for the connection (a semaphore in front of it, so
+//! waiting requests queue as tasks, not as blocked threads), then for
+//! another process's write lock (SQLite's busy timeout, set to what is left
+//! of the deadline). Past it the call fails with
+//! [`StoreError::Unavailable`] (503) before anything was written.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, TransactionBehavior, params};
+use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use super::{PoolStatus, StoreError};
@@ -53,14 +62,21 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
 ];
 
-/// How long a write waits for another process's write lock (then 503).
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a call waits for the connection and another process's write
+/// lock together (then 503), unless [`SqliteDb::open_with_wait`] says.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
 /// The SQLite database.
 #[derive(Clone)]
 pub struct SqliteDb {
     path: Arc<PathBuf>,
     conn: Arc<Mutex<Connection>>,
+    /// One permit: the right to use `conn`, awaited with a deadline.
+    gate: Arc<Semaphore>,
+    /// Calls waiting for the permit (the pool gauge `waiting`).
+    waiting: Arc<AtomicUsize>,
+    /// The bound on a call's wait.
+    wait: Duration,
 }
 
 impl std::fmt::Debug for SqliteDb {
@@ -73,17 +89,35 @@ impl std::fmt::Debug for SqliteDb {
 
 impl SqliteDb {
     /// Opens (creating if needed) the file at `path`, switches it to WAL and
-    /// applies pending migrations.
+    /// applies pending migrations; calls wait at most [`DEFAULT_WAIT`].
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with_wait(path, DEFAULT_WAIT).await
+    }
+
+    /// [`SqliteDb::open`], each call waiting at most `wait` for the
+    /// connection and another process's write lock together, then failing
+    /// with [`StoreError::Unavailable`] (answered 503).
+    pub async fn open_with_wait(
+        path: impl AsRef<Path>,
+        wait: Duration,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let for_open = path.clone();
-        let conn = tokio::task::spawn_blocking(move || open_waiting(&for_open))
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("open task: {e}")))?
-            .map_err(sqlite_error)?;
+        // Migrations at start-up may wait for another process's longer.
+        let conn = tokio::task::spawn_blocking(move || {
+            let conn = open_waiting(&for_open, wait.max(DEFAULT_WAIT))?;
+            conn.busy_timeout(wait)?;
+            Ok(conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("open task: {e}")))?
+        .map_err(sqlite_error)?;
         Ok(Self {
             path: Arc::new(path),
             conn: Arc::new(Mutex::new(conn)),
+            gate: Arc::new(Semaphore::new(1)),
+            waiting: Arc::new(AtomicUsize::new(0)),
+            wait,
         })
     }
 
@@ -94,55 +128,88 @@ impl SqliteDb {
 
     /// The connection, for callers that run their own statements next to
     /// ours (e.g. [`crate::in_transaction`]); held for whole transactions.
+    /// Locking it directly skips the bounded wait of the store's own calls
+    /// (its busy timeout is still the store's wait).
     pub fn connection(&self) -> Arc<Mutex<Connection>> {
         Arc::clone(&self.conn)
     }
 
-    /// Runs `f` with the connection on a blocking thread.
+    /// Runs `f` with the connection on a blocking thread, waiting at most
+    /// the store's wait (see the module docs).
     pub(super) async fn with_conn<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.with_conn_within(self.wait, f).await
+    }
+
+    /// [`SqliteDb::with_conn`] with its own bound on the wait (`/readyz`'s
+    /// shorter one).
+    pub(super) async fn with_conn_within<T, F>(&self, wait: Duration, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let deadline = Instant::now() + wait;
+        let counted = Waiting::count(&self.waiting);
+        let permit = tokio::time::timeout(wait, Arc::clone(&self.gate).acquire_owned()).await;
+        drop(counted);
+        let permit = match permit {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_closed)) => return Err(StoreError::Unavailable("store closed".into())),
+            Err(_elapsed) => {
+                warn!("no SQLite connection within the wait");
+                return Err(StoreError::Unavailable("connection wait timed out".into()));
+            }
+        };
         let conn = Arc::clone(&self.conn);
+        let full = self.wait;
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             // A panic while holding the lock leaves no half transaction
             // behind (rusqlite rolls back on drop), so the poison is moot.
             let mut guard = conn.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut guard)
+            // Another process's write lock may take only what is left.
+            let left = deadline.saturating_duration_since(Instant::now());
+            guard.busy_timeout(left).map_err(sqlite_error)?;
+            let result = f(&mut guard);
+            // Direct users of `connection()` get the store's whole wait.
+            guard.busy_timeout(full).map_err(sqlite_error)?;
+            result
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("blocking task: {e}")))?
     }
 
     pub(super) fn pool_status(&self) -> PoolStatus {
-        // One connection behind a mutex, open for the store's life.
+        // One connection, open for the store's life, behind the gate.
         PoolStatus {
             max_size: 1,
             size: 1,
-            available: 0,
-            waiting: 0,
+            available: self.gate.available_permits(),
+            waiting: self.waiting.load(Ordering::Relaxed),
         }
+    }
+
+    /// `/readyz`: the versions not applied, read under the write lock, so a
+    /// write lock that another process holds past `within` makes the store
+    /// not ready (a plain read would still succeed in WAL mode while every
+    /// order fails).
+    pub(super) async fn ready(&self, within: Duration) -> Result<Vec<i64>, StoreError> {
+        self.with_conn_within(within, |conn| {
+            let tx = immediate(conn)?;
+            let pending = pending_in(&tx)?;
+            tx.rollback().map_err(sqlite_error)?;
+            Ok(pending)
+        })
+        .await
     }
 
     pub(super) fn close(&self) {}
 
     pub(super) async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
-        self.with_conn(|conn| {
-            let mut stmt = conn
-                .prepare("SELECT version FROM schema_migrations")
-                .map_err(sqlite_error)?;
-            let applied = stmt
-                .query_map([], |row| row.get::<_, i64>(0))
-                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-                .map_err(sqlite_error)?;
-            Ok(MIGRATIONS
-                .iter()
-                .map(|(version, _, _)| *version)
-                .filter(|version| !applied.contains(version))
-                .collect())
-        })
-        .await
+        self.with_conn(|conn| pending_in(conn)).await
     }
 
     pub(super) async fn ping(&self) -> Result<(), StoreError> {
@@ -154,22 +221,55 @@ impl SqliteDb {
     }
 }
 
+/// One call counted in [`SqliteDb`]'s `waiting` while it lives (also when
+/// the waiting request is dropped).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn count(waiting: &'a AtomicUsize) -> Self {
+        waiting.fetch_add(1, Ordering::Relaxed);
+        Self(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The versions of [`MIGRATIONS`] that `conn`'s file has not applied.
+fn pending_in(conn: &Connection) -> Result<Vec<i64>, StoreError> {
+    let mut stmt = conn
+        .prepare("SELECT version FROM schema_migrations")
+        .map_err(sqlite_error)?;
+    let applied = stmt
+        .query_map([], |row| row.get::<_, i64>(0))
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(sqlite_error)?;
+    Ok(MIGRATIONS
+        .iter()
+        .map(|(version, _, _)| *version)
+        .filter(|version| !applied.contains(version))
+        .collect())
+}
+
 /// `BEGIN IMMEDIATE`: the write lock before the first read.
 pub(super) fn immediate(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
     conn.transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sqlite_error)
 }
 
-/// [`open_connection`], tried again for up to [`BUSY_TIMEOUT`] while
+/// [`open_connection`], tried again for up to `wait` while
 /// another process holds a lock that SQLite reports at once instead of
 /// waiting for: switching a new file to WAL upgrades a read lock to an
 /// exclusive one, and SQLite never runs the busy handler for such an upgrade
 /// (it could deadlock), so two processes opening one new file at once could
 /// fail with `SQLITE_BUSY` in a millisecond.
-fn open_waiting(path: &Path) -> Result<Connection, rusqlite::Error> {
-    let deadline = Instant::now() + BUSY_TIMEOUT;
+fn open_waiting(path: &Path, wait: Duration) -> Result<Connection, rusqlite::Error> {
+    let deadline = Instant::now() + wait;
     loop {
-        match open_connection(path) {
+        match open_connection(path, wait) {
             Err(err) if is_busy(&err) && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -191,7 +291,7 @@ fn is_busy(err: &rusqlite::Error) -> bool {
 /// foreign keys on)
 /// and applies the migrations not yet recorded in `schema_migrations`, under
 /// the write lock, so two processes starting at once migrate once.
-fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error> {
+fn open_connection(path: &Path, wait: Duration) -> Result<Connection, rusqlite::Error> {
     private_file::ensure_private(path).map_err(|e| {
         rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
@@ -199,7 +299,7 @@ fn open_connection(path: &Path) -> Result<Connection, rusqlite::Error> {
         )
     })?;
     let mut conn = Connection::open(path)?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.busy_timeout(wait)?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         warn!(mode, "SQLite did not switch to WAL");
@@ -282,7 +382,7 @@ mod tests {
         // the plain open fails: SQLite did not wait.
         let (dir, path) = new_file();
         let writer = writer_for_a_moment(&path);
-        let err = open_connection(&path).expect_err("busy under the writer");
+        let err = open_connection(&path, DEFAULT_WAIT).expect_err("busy under the writer");
         assert!(is_busy(&err), "{err}");
         writer.join().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
@@ -292,7 +392,7 @@ mod tests {
     fn opening_waits_for_the_writer_instead_of_failing() {
         let (dir, path) = new_file();
         let writer = writer_for_a_moment(&path);
-        open_waiting(&path).expect("open once the writer is done");
+        open_waiting(&path, DEFAULT_WAIT).expect("open once the writer is done");
         writer.join().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }

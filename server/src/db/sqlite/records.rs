@@ -329,7 +329,8 @@ mod tests {
     /// looked at a bound value, unless the plan is declared stable).
     #[test]
     fn repeated_claims_and_reads_are_not_prepared_again() {
-        let conn = super::super::open_connection(Path::new(":memory:")).expect("open");
+        let conn = super::super::open_connection(Path::new(":memory:"), super::super::DEFAULT_WAIT)
+            .expect("open");
         let records = SqliteRecords(&conn);
         let key = RecordKey {
             scope: Scope::new("tenant-a").expect("a scope"),
