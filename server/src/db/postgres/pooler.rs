@@ -40,12 +40,25 @@ pub enum PgPooler {
     Transaction,
 }
 
-/// The startup `options` that set the timeouts of every session, where the
-/// connection path lets them through.
+/// The startup `options` of every session, where the connection path lets
+/// them through: the timeouts, and `enable_seqscan=off`.
+///
+/// Every statement idemkey runs finds its rows through an index (the
+/// records' primary key, the trim's partial indexes, the orders' account
+/// index), and the order route's statements are prepared once per
+/// connection. Prepared on tables whose statistics say "empty" (a new
+/// deployment, or a trim that emptied them, then ANALYZE), PostgreSQL caches
+/// a generic plan that scans `idempotency_records` sequentially, and keeps
+/// it until the next ANALYZE: one full scan per order, quadratic in the
+/// table's size. With sequential scans off the planner takes the index
+/// whatever the statistics say; planning each execution instead
+/// (`plan_cache_mode=force_custom_plan`) would cost more than running the
+/// statement. Behind a transaction pooler every statement is unnamed and
+/// planned with its values, so no generic plan is cached there.
 pub(super) fn startup_options(settings: &PgSettings) -> Option<String> {
     (settings.pooler == PgPooler::None).then(|| {
         format!(
-            "-c lock_timeout={} -c statement_timeout={}",
+            "-c lock_timeout={} -c statement_timeout={} -c enable_seqscan=off",
             settings.lock_timeout.as_millis(),
             settings.statement_timeout.as_millis()
         )
