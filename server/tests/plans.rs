@@ -10,7 +10,7 @@ mod common;
 use common::{BODY, Backend, Env, eventually, new_key};
 
 /// Orders sent after the tables were emptied and analyzed.
-const ORDERS: usize = 2_000;
+const ORDERS: usize = 3_000;
 /// Concurrent clients (more than the pool's connections, so every
 /// connection prepares and reuses its statements).
 const CLIENTS: usize = 16;
