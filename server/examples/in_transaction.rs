@@ -13,7 +13,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -26,6 +26,7 @@ use idemkey_core::{ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, Operat
 use idemkey_server::db::{AccountId, Db, PgSettings, TokenHash};
 use idemkey_server::idempotency::{RecordKey, Scope, StoredResponse};
 use idemkey_server::in_transaction::{Options, sqlite_in_transaction_async};
+use parking_lot::Mutex;
 use tower::ServiceExt as _;
 
 const OPERATION: OperationId = OperationId::from_static("POST /payments:v1");
@@ -92,7 +93,7 @@ async fn pay(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Respons
 }
 
 async fn count(State(app): State<App>) -> String {
-    let conn = app.conn.lock().unwrap_or_else(|e| e.into_inner());
+    let conn = app.conn.lock();
     let n: i64 = conn
         .query_row("SELECT count(*) FROM payments", [], |row| row.get(0))
         .unwrap_or(-1);
@@ -187,7 +188,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let payments: i64 = app
         .conn
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .query_row("SELECT count(*) FROM payments", [], |row| row.get(0))?;
     println!("payments stored:    {payments}");
     assert_eq!(payments, 2, "one per key");

@@ -74,11 +74,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use idemkey_core::{ExpiryPolicy, Fingerprint, Problem};
+use parking_lot::Mutex;
 use rusqlite::Connection;
 use tokio_postgres::{Client, Transaction};
 
@@ -264,8 +265,8 @@ where
 {
     tokio::task::spawn_blocking(move || {
         // A panic inside a transaction leaves nothing behind (rusqlite rolls
-        // back on drop), so a poisoned lock is still usable.
-        let mut guard = conn.lock().unwrap_or_else(|e| e.into_inner());
+        // back on drop); parking_lot's lock has no poisoning.
+        let mut guard = conn.lock();
         sqlite_in_transaction(&mut guard, &key, fingerprint, &options, effect)
     })
     .await
