@@ -53,13 +53,8 @@ async fn retry_after_lost_response_replays_the_same_order(backend: Backend) {
     let server = env.serve_with_faults(&[]);
     let key = new_key();
     let lost = server
-        .client
-        .post(format!("{}/orders", server.base))
-        .header("authorization", format!("Bearer {token}"))
-        .header("idempotency-key", &key)
-        .header("content-type", "application/json")
+        .order_request(&token, &key, BODY)
         .header("x-idemkey-test-fault", "drop-after-commit")
-        .body(BODY)
         .send()
         .await;
     assert!(
@@ -194,13 +189,8 @@ async fn process_killed_after_commit_is_recovered_by_the_retry(backend: Backend)
     let mut doomed = env.serve_with_faults(&[]);
     let key = new_key();
     let lost = doomed
-        .client
-        .post(format!("{}/orders", doomed.base))
-        .header("authorization", format!("Bearer {token}"))
-        .header("idempotency-key", &key)
-        .header("content-type", "application/json")
+        .order_request(&token, &key, BODY)
         .header("x-idemkey-test-fault", "exit-after-commit")
-        .body(BODY)
         .send()
         .await;
     assert!(lost.is_err(), "no answer from a dead process");

@@ -16,13 +16,8 @@ async fn send_concurrently(servers: &[&Server], token: &str, key: &str, n: usize
     for i in 0..n {
         let server = servers[i % servers.len()];
         let request = server
-            .client
-            .post(format!("{}/orders", server.base))
-            .header("authorization", format!("Bearer {token}"))
-            .header("idempotency-key", key)
-            .header("content-type", "application/json")
-            .header("x-idemkey-test-fault", "hold-before-commit")
-            .body(BODY);
+            .order_request(token, key, BODY)
+            .header("x-idemkey-test-fault", "hold-before-commit");
         tasks.spawn(async move { Reply::from(request.send().await.expect("send")).await });
     }
     tasks.join_all().await

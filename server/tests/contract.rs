@@ -449,15 +449,7 @@ async fn demo_mode_loses_the_next_response_and_the_retry_replays(backend: Backen
         .unwrap();
     assert_eq!(armed.status(), 200);
     let key = new_key();
-    let lost = server
-        .client
-        .post(format!("{}/orders", server.base))
-        .header("authorization", format!("Bearer {token}"))
-        .header("idempotency-key", &key)
-        .header("content-type", "application/json")
-        .body(BODY)
-        .send()
-        .await;
+    let lost = server.order_request(&token, &key, BODY).send().await;
     assert!(lost.is_err(), "no response at all");
     assert_eq!(env.counts(), (1, 1));
     let retry = server.post_order(&token, &key, BODY).await;

@@ -190,15 +190,7 @@ async fn cross_site_requests_to_the_demo_are_refused(backend: Backend) {
         );
         // Armed: the next order's response is lost (and it committed).
         let key = new_key();
-        let lost = server
-            .client
-            .post(format!("{}/orders", server.base))
-            .header("authorization", format!("Bearer {token}"))
-            .header("idempotency-key", &key)
-            .header("content-type", "application/json")
-            .body(BODY)
-            .send()
-            .await;
+        let lost = server.order_request(&token, &key, BODY).send().await;
         assert!(lost.is_err(), "the armed switch lost the response");
         let retry = server.post_order(&token, &key, BODY).await;
         assert_eq!(retry.header("idempotent-replayed"), Some("true"));

@@ -27,17 +27,6 @@ async fn send_all(requests: Vec<reqwest::RequestBuilder>) -> Vec<Reply> {
     tasks.join_all().await
 }
 
-/// `POST /orders` as [`Server::post_order`] sends it, not yet sent.
-fn order(server: &Server, token: &str, key: &str) -> reqwest::RequestBuilder {
-    server
-        .client
-        .post(format!("{}/orders", server.base))
-        .header("authorization", format!("Bearer {token}"))
-        .header("idempotency-key", key)
-        .header("content-type", "application/json")
-        .body(BODY)
-}
-
 /// Server connections PgBouncer opens to the database.
 const BOUNCER_POOL: u32 = 2;
 
@@ -140,7 +129,7 @@ async fn orders_replays_and_422_through_pgbouncer() {
     // 2, so a statement prepared on one would be missing on the other.
     let replies = send_all(
         (0..40)
-            .map(|_| order(&server, &token, &new_key()))
+            .map(|_| server.order_request(&token, &new_key(), BODY))
             .collect(),
     )
     .await;
@@ -171,7 +160,10 @@ async fn two_hundred_same_key_requests_over_two_processes_make_one_order() {
     let key = new_key();
     let replies = send_all(
         (0..200)
-            .map(|i| order(if i % 2 == 0 { &one } else { &two }, &token, &key))
+            .map(|i| {
+                let server = if i % 2 == 0 { &one } else { &two };
+                server.order_request(&token, &key, BODY)
+            })
             .collect(),
     )
     .await;

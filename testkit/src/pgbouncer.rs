@@ -148,19 +148,8 @@ impl PgBouncer {
         if effective_uid()? == 0 {
             cmd.args(["-u", SERVER_OS_USER]);
         }
-        let child = cmd
-            .arg(&ini)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("cannot run {PGBOUNCER} (Debian package pgbouncer): {e}"),
-                )
-            })?;
+        cmd.arg(&ini);
+        let child = super::redis::spawn_daemon(&mut cmd, dir, "pgbouncer")?;
         let mut bouncer = Self {
             watchdog: Some(super::redis::watchdog(child.id(), dir)?),
             child: Some(child),

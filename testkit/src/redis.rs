@@ -188,7 +188,8 @@ impl RedisNode {
         args: &[&str],
         tls_ca: Option<PathBuf>,
     ) -> io::Result<Self> {
-        let child = Command::new(REDIS_SERVER)
+        let mut command = Command::new(REDIS_SERVER);
+        command
             .arg("--port")
             .arg(port.to_string())
             .args(["--bind", "127.0.0.1", "--daemonize", "no"])
@@ -196,18 +197,8 @@ impl RedisNode {
             .arg(dir)
             .arg("--logfile")
             .arg(dir.join(format!("redis-{port}.log")))
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("cannot run {REDIS_SERVER} (Debian package redis-server): {e}"),
-                )
-            })?;
+            .args(args);
+        let child = spawn_daemon(&mut command, dir, "redis-server")?;
         let mut node = Self {
             watchdog: Some(watchdog(child.id(), dir)?),
             child: Some(child),
@@ -531,6 +522,25 @@ fn free_port_pair() -> io::Result<u16> {
         }
     }
     Err(io::Error::other("no free port pair"))
+}
+
+/// Starts a service process of the test kit in `dir`, detached from the
+/// test's standard streams (it logs to its own file); a missing binary
+/// names the Debian package that brings it.
+pub(super) fn spawn_daemon(command: &mut Command, dir: &Path, package: &str) -> io::Result<Child> {
+    command
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            let program = command.get_program().to_string_lossy().into_owned();
+            io::Error::new(
+                e.kind(),
+                format!("cannot run {program} (Debian package {package}): {e}"),
+            )
+        })
 }
 
 /// Kills `pid` and removes `dir` once this process is gone.

@@ -420,6 +420,17 @@ impl Server {
         self.post_order_with(token, key, body, &[]).await
     }
 
+    /// `POST /orders` as a client sends it, not yet sent: for tests that
+    /// add their own headers or expect no response at all.
+    pub fn order_request(&self, token: &str, key: &str, body: &str) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{}/orders", self.base))
+            .header("authorization", format!("Bearer {token}"))
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+    }
+
     /// `POST /orders` with extra headers.
     pub async fn post_order_with(
         &self,
@@ -428,13 +439,7 @@ impl Server {
         body: &str,
         extra: &[(&str, &str)],
     ) -> Reply {
-        let mut request = self
-            .client
-            .post(format!("{}/orders", self.base))
-            .header("authorization", format!("Bearer {token}"))
-            .header("idempotency-key", key)
-            .header("content-type", "application/json")
-            .body(body.to_owned());
+        let mut request = self.order_request(token, key, body);
         for (name, value) in extra {
             request = request.header(*name, *value);
         }
