@@ -144,6 +144,12 @@ impl Flags {
         !self.load_done.load(Ordering::SeqCst)
     }
 
+    /// Lets the load end (once it ran its minimum) while the injector
+    /// still tends the servers.
+    fn schedule_over(&self) {
+        self.faults_done.store(true, Ordering::SeqCst);
+    }
+
     /// Sleeps up to `d`, returning early (false) once the load has ended.
     fn sleep(&self, d: Duration) -> bool {
         let end = Instant::now() + d;
@@ -187,12 +193,20 @@ where
             accounts,
             Arc::clone(&flags.faults_done),
         ));
+        let cut_short = !flags.faults_done.load(Ordering::SeqCst);
         flags.load_done.store(true, Ordering::SeqCst);
-        let tally = injector.join().unwrap_or_else(|_| {
+        let mut tally = injector.join().unwrap_or_else(|_| {
             let mut t = Tally::default();
             t.violations.push("the fault injector panicked".into());
             t
         });
+        if cut_short {
+            tally.violations.push(format!(
+                "the load reached its cap of {} operations before the fault schedule \
+                 ended: the scenario did not run as written (raise max_ops)",
+                history.ops.len()
+            ));
+        }
         (history, tally)
     })
 }
@@ -229,7 +243,10 @@ fn load_config(size: Size, seed: u64) -> LoadConfig {
     LoadConfig {
         clients: size.pick(6, 24),
         min_ops: size.pick(60, 3_000),
-        max_ops: size.pick(2_000, 200_000),
+        // A cap far past what the fault schedules need (seconds of load at
+        // a few thousand operations a second), so a fast machine cannot end
+        // the load before the faults; the load ends when they do.
+        max_ops: size.pick(100_000, 2_000_000),
         seed,
         ..LoadConfig::default()
     }
@@ -292,7 +309,9 @@ fn kill9(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
                 t.violations.push(format!("restart failed: {err}"));
             }
         }
-        // Keep serving until the load is over.
+        // The schedule is over: the load may end, and until it does the
+        // servers that exit on their own are started again.
+        flags.schedule_over();
         while flags.sleep(Duration::from_millis(50)) {
             servers.revive();
         }
@@ -370,6 +389,9 @@ fn clock_skew(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
                 t.violations.push(format!("restart failed: {err}"));
             }
         }
+        // The schedule is over: the load may end, and until it does the
+        // servers that exit on their own are started again.
+        flags.schedule_over();
         while flags.sleep(Duration::from_millis(50)) {
             servers.revive();
         }
@@ -595,6 +617,12 @@ fn failover(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         flags.sleep(Duration::from_millis(size.pick(1_500, 20_000)));
         t
     });
+    if !tally.faults.contains_key("standby-promoted") {
+        // No promotion to wait for: the report says why.
+        let facts = rt.block_on(pg_facts(&pair.primary.url("chaos")));
+        drop(servers);
+        return Ok(finish(&history, facts, tally));
+    }
     // `pg_ctl promote -w` returns once promotion is done, but a check over a
     // busy socket can fail or race it: poll for a while before concluding.
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -602,10 +630,16 @@ fn failover(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         match pair.standby_in_recovery() {
             Ok(false) => break,
             Ok(true) if Instant::now() >= deadline => {
-                return Err("the standby is still in recovery after promotion".into());
+                return Err(format!(
+                    "the standby is still in recovery after promotion{}",
+                    evidence(&tally, &pair)
+                ));
             }
             Err(err) if Instant::now() >= deadline => {
-                return Err(format!("cannot ask the promoted standby: {err}"));
+                return Err(format!(
+                    "cannot ask the promoted standby: {err}{}",
+                    evidence(&tally, &pair)
+                ));
             }
             _ => thread::sleep(Duration::from_millis(200)),
         }
@@ -613,6 +647,22 @@ fn failover(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     let facts = rt.block_on(pg_facts(&pair.standby.url("chaos")));
     drop(servers);
     Ok(finish(&history, facts, tally))
+}
+
+/// What the fault injector saw and the end of the standby's log, for a
+/// failover that could not be checked.
+fn evidence(tally: &Tally, pair: &Pair) -> String {
+    let log = fs::read_to_string(pair.standby.log_file()).unwrap_or_default();
+    let start = log.len().saturating_sub(3_000);
+    let start = (start..log.len())
+        .find(|&i| log.is_char_boundary(i))
+        .unwrap_or(0);
+    format!(
+        "\ninjector: violations {:?}, notes {:?}\nstandby log (end):\n{}",
+        tally.violations,
+        tally.notes,
+        &log[start..]
+    )
 }
 
 /// Two servers on one SQLite file, one of them killed with SIGKILL now and
@@ -662,6 +712,9 @@ fn sqlite_kill(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
                 t.violations.push(format!("restart failed: {err}"));
             }
         }
+        // The schedule is over: the load may end, and until it does the
+        // servers that exit on their own are started again.
+        flags.schedule_over();
         while flags.sleep(Duration::from_millis(50)) {
             servers.revive();
         }
