@@ -348,11 +348,12 @@ pub fn check(scenario: &str, seed: u64, history: &History, facts: &DbFacts) -> R
                     &mut r.violations,
                     format!(
                         "hang: no answer within the client timeout ({} ms) from server {} \
-                         (process {}) for key {}{}",
+                         (process {}) for key {}, sent at {} UTC{}",
                         a.elapsed_ms,
                         a.server,
                         a.incarnation,
                         op.key,
+                        crate::driver::utc_time_of_day(a.sent_ms),
                         a.injected
                             .map(|f| format!(", a send that asked for {f}"))
                             .unwrap_or_default()
@@ -504,6 +505,7 @@ pub(crate) mod tests {
             retry_after: None,
             replayed: false,
             elapsed_ms: 1,
+            sent_ms: 0,
             injected: None,
         }
     }

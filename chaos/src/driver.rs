@@ -96,6 +96,9 @@ pub struct Attempt {
     pub replayed: bool,
     /// Time to the answer (or the error).
     pub elapsed_ms: u64,
+    /// When it was sent (Unix milliseconds), to line it up with server
+    /// logs and fault timelines.
+    pub sent_ms: u64,
     /// The fault this attempt asked the server for, if any (the checker
     /// counts it only when the attempt got no answer).
     pub injected: Option<&'static str>,
@@ -230,6 +233,24 @@ async fn client(shared: Arc<Shared>, mut rng: Rng) -> Vec<OpHistory> {
         done.push(run_op(&shared, &mut rng).await);
     }
     done
+}
+
+/// `HH:MM:SS.mmm` (UTC) of Unix milliseconds `ms`, as server logs print
+/// their timestamps.
+pub fn utc_time_of_day(ms: u64) -> String {
+    let secs = ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        secs / 3600 % 24,
+        secs / 60 % 60,
+        secs % 60,
+        ms % 1000
+    )
+}
+
+/// The current time of day, as [`utc_time_of_day`] prints it.
+pub fn utc_now() -> String {
+    utc_time_of_day(now_millis().0)
 }
 
 fn now_millis() -> UnixMillis {
@@ -381,6 +402,7 @@ async fn send(
         retry_after: None,
         replayed: false,
         elapsed_ms: 0,
+        sent_ms: now_millis().0,
         injected: inject,
     };
     match request.send().await {

@@ -124,11 +124,18 @@ struct Tally {
     faults: BTreeMap<String, u64>,
     notes: Vec<String>,
     violations: Vec<String>,
+    /// What the injector did when (UTC), shown only when the run fails.
+    timeline: Vec<String>,
 }
 
 impl Tally {
     fn add(&mut self, kind: &str) {
         *self.faults.entry(kind.to_owned()).or_default() += 1;
+    }
+
+    fn at(&mut self, what: String) {
+        self.timeline
+            .push(format!("{} {what}", crate::driver::utc_now()));
     }
 }
 
@@ -227,6 +234,9 @@ fn finish(history: &History, facts: Result<DbFacts, String>, tally: Tally) -> Re
     report.notes.extend(tally.notes);
     report.violations.extend(tally.violations);
     require_faults(&mut report);
+    if !report.ok() {
+        report.notes.extend(tally.timeline);
+    }
     report
 }
 
@@ -300,20 +310,26 @@ fn kill9(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
             }
             let victim = rng.range(0, servers.len() as u64 - 1) as usize;
             match servers.kill9(victim) {
-                Ok(true) => t.add("kill-9"),
+                Ok(true) => {
+                    t.add("kill-9");
+                    t.at(format!("kill -9 of server {victim}"));
+                }
                 Ok(false) => {}
                 Err(err) => t.violations.push(format!("kill -9 failed: {err}")),
             }
             thread::sleep(Duration::from_millis(rng.range(0, 400)));
-            if let Err(err) = servers.spawn(victim) {
-                t.violations.push(format!("restart failed: {err}"));
+            match servers.spawn(victim) {
+                Ok(()) => t.at(format!("server {victim} listens again")),
+                Err(err) => t.violations.push(format!("restart failed: {err}")),
             }
         }
         // The schedule is over: the load may end, and until it does the
         // servers that exit on their own are started again.
         flags.schedule_over();
         while flags.sleep(Duration::from_millis(50)) {
-            servers.revive();
+            if servers.revive() > 0 {
+                t.at("servers that exited on their own were started again".into());
+            }
         }
         if servers.unexpected_exits > 0 {
             t.notes.push(format!(
@@ -393,7 +409,9 @@ fn clock_skew(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         // servers that exit on their own are started again.
         flags.schedule_over();
         while flags.sleep(Duration::from_millis(50)) {
-            servers.revive();
+            if servers.revive() > 0 {
+                t.at("servers that exited on their own were started again".into());
+            }
         }
         t
     });
@@ -716,7 +734,9 @@ fn sqlite_kill(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         // servers that exit on their own are started again.
         flags.schedule_over();
         while flags.sleep(Duration::from_millis(50)) {
-            servers.revive();
+            if servers.revive() > 0 {
+                t.at("servers that exited on their own were started again".into());
+            }
         }
         t
     });
