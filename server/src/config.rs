@@ -180,6 +180,16 @@ pub struct ServeArgs {
     /// last use to within this interval.
     #[arg(long, env = "IDEMKEY_TOKEN_LAST_USED_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub token_last_used_interval: Duration,
+    /// Memory of the replay cache, in MiB: completed results answered again
+    /// without a database read, in each process. 0 turns it off.
+    #[arg(long, env = "IDEMKEY_REPLAY_CACHE_MIB", default_value_t = 64)]
+    pub replay_cache_mib: u64,
+    /// How long a token's account is trusted by the replay cache without
+    /// asking the database: the longest a revoked token can still replay
+    /// from a process's cache (everything else checks the token in the
+    /// database at once). 0s turns the cache off.
+    #[arg(long, env = "IDEMKEY_AUTH_CACHE_TTL", default_value = "1s", value_parser = parse_duration)]
+    pub auth_cache_ttl: Duration,
     /// Log format.
     #[arg(long, env = "IDEMKEY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -52,6 +52,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod operator;
 pub mod problems;
+pub mod replay_cache;
 pub mod request_id;
 pub mod routes;
 pub mod serve;
@@ -83,6 +84,8 @@ pub struct Settings {
     /// Longest wait for a request body once its head has arrived; past it
     /// the request is answered 400 and its connection closed.
     pub body_read_timeout: Duration,
+    /// The bounds of the replay cache ([`replay_cache`]).
+    pub replay_cache: replay_cache::ReplayCacheSettings,
 }
 
 impl Default for Settings {
@@ -96,6 +99,7 @@ impl Default for Settings {
             demo_dir: None,
             demo_token: None,
             body_read_timeout: problems::DEFAULT_BODY_READ_TIMEOUT,
+            replay_cache: replay_cache::ReplayCacheSettings::default(),
         }
     }
 }
@@ -120,6 +124,7 @@ struct Inner {
     lose_next_response: AtomicBool,
     metrics: Arc<metrics::Metrics>,
     token_usage: Arc<token_usage::TokenUsage>,
+    replay_cache: Option<replay_cache::ReplayCache>,
 }
 
 impl AppState {
@@ -127,10 +132,12 @@ impl AppState {
     pub fn new(db: Db, settings: Settings) -> Self {
         let metrics = Arc::new(metrics::Metrics::default());
         metrics.register(metrics::FrontEnd::Orders, &idemkey_core::ORDER_OPERATION);
+        let replay_cache = replay_cache::ReplayCache::new(settings.replay_cache);
         Self {
             inner: Arc::new(Inner {
                 db,
                 settings,
+                replay_cache,
                 lose_next_response: AtomicBool::new(false),
                 metrics,
                 token_usage: Arc::default(),
@@ -152,6 +159,11 @@ impl AppState {
     /// their `last_used_at` (see [`token_usage`]).
     pub fn token_usage(&self) -> &Arc<token_usage::TokenUsage> {
         &self.inner.token_usage
+    }
+
+    /// The replay cache, unless the settings turn it off.
+    pub fn replay_cache(&self) -> Option<&replay_cache::ReplayCache> {
+        self.inner.replay_cache.as_ref()
     }
 
     /// The settings.

@@ -138,6 +138,10 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         demo_dir: args.demo.then(|| args.demo_dir.clone()),
         demo_token,
         body_read_timeout: args.body_read_timeout,
+        replay_cache: idemkey_server::replay_cache::ReplayCacheSettings {
+            bytes: args.replay_cache_mib.saturating_mul(1024 * 1024),
+            auth_ttl: args.auth_cache_ttl,
+        },
     };
     let state = AppState::new(store.clone(), settings.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

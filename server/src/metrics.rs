@@ -10,6 +10,7 @@
 //!   `POST /orders`;
 //! - `idemkey_shed_total{cap}` and `idemkey_in_flight`: load shed by
 //!   [`crate::load_shed`], requests in progress under its cap;
+//! - `idemkey_replay_cache_*`: hits, misses and size of the replay cache;
 //! - `idemkey_pool_*`: database pool gauges.
 //!
 //! Front ends count their own outcomes: the order route tags its response
@@ -178,16 +179,16 @@ impl Metrics {
         let _ = writeln!(out, "# TYPE {name} counter");
         let _ = writeln!(out, "{name}{{cap=\"connections\"}} {connections}");
         let _ = writeln!(out, "{name}{{cap=\"in_flight\"}} {requests}");
-        let name = "idemkey_in_flight";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Requests in progress under --max-in-flight."
+        gauge(
+            &mut out,
+            "idemkey_in_flight",
+            "Requests in progress under --max-in-flight.",
+            "",
+            crate::load_shed::in_flight_count(),
         );
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        let _ = writeln!(out, "{name} {}", crate::load_shed::in_flight_count());
         let status = db.pool_status();
         let backend = db.backend();
-        for (gauge, help, value) in [
+        for (gauge_name, help, value) in [
             (
                 "idemkey_pool_max_size",
                 "Largest number of database connections.",
@@ -209,12 +210,23 @@ impl Metrics {
                 status.waiting,
             ),
         ] {
-            let _ = writeln!(out, "# HELP {gauge} {help}");
-            let _ = writeln!(out, "# TYPE {gauge} gauge");
-            let _ = writeln!(out, "{gauge}{{backend=\"{backend}\"}} {value}");
+            gauge(
+                &mut out,
+                gauge_name,
+                help,
+                &format!("{{backend=\"{backend}\"}}"),
+                value,
+            );
         }
         out
     }
+}
+
+/// One gauge with its help and type lines; `labels` is `{...}` or empty.
+fn gauge(out: &mut String, name: &str, help: &str, labels: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    let _ = writeln!(out, "{name}{labels} {value}");
 }
 
 /// A label value with `\`, `"` and newlines escaped.
@@ -241,12 +253,42 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
 
 /// `GET /metrics`.
 pub async fn show(State(state): State<AppState>) -> Response {
-    let mut response = Response::new(state.metrics().render(state.db()).into());
+    let mut text = state.metrics().render(state.db());
+    if let Some(cache) = state.replay_cache() {
+        render_replay_cache(&mut text, cache.stats());
+    }
+    let mut response = Response::new(text.into());
     *response.status_mut() = StatusCode::OK;
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_TEXT));
     response
+}
+
+/// The replay cache's counters and size ([`crate::replay_cache`]).
+fn render_replay_cache(out: &mut String, stats: crate::replay_cache::ReplayCacheStats) {
+    let name = "idemkey_replay_cache_requests_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} POST /orders replays and 422s looked up in the replay cache, by result."
+    );
+    let _ = writeln!(out, "# TYPE {name} counter");
+    let _ = writeln!(out, "{name}{{result=\"hit\"}} {}", stats.hits);
+    let _ = writeln!(out, "{name}{{result=\"miss\"}} {}", stats.misses);
+    for (name, help, value) in [
+        (
+            "idemkey_replay_cache_entries",
+            "Completed records held by the replay cache.",
+            stats.entries,
+        ),
+        (
+            "idemkey_replay_cache_bytes",
+            "Bytes held by the replay cache, as weighed against --replay-cache-mib.",
+            stats.bytes,
+        ),
+    ] {
+        gauge(out, name, help, "", value);
+    }
 }
 
 #[cfg(test)]

@@ -97,6 +97,25 @@ pub struct OrderDraft {
     pub response: StoredResponse,
 }
 
+/// What [`Db::create_order`] came to.
+#[derive(Clone, Debug)]
+pub struct OrderAnswer {
+    /// The engine's outcome.
+    pub outcome: Outcome<()>,
+    /// When the answer came from the key's record: the caller's account and
+    /// the record as read, for the replay cache to keep.
+    pub seen: Option<(AccountId, Read)>,
+}
+
+impl From<Outcome<()>> for OrderAnswer {
+    fn from(outcome: Outcome<()>) -> Self {
+        Self {
+            outcome,
+            seen: None,
+        }
+    }
+}
+
 /// Connection-pool figures for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolStatus {
@@ -245,7 +264,7 @@ impl Db {
         token: TokenHash,
         draft: &OrderDraft,
         policy: &Policy,
-    ) -> Result<Authed<Outcome<()>>, StoreError> {
+    ) -> Result<Authed<OrderAnswer>, StoreError> {
         each!(self, db => db.create_order(token, draft, policy).await)
     }
 

@@ -12,22 +12,27 @@ use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idemkey_core::{
-    HeadRules, MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, Problem, ProblemCode, RequestHead,
-    UnixMillis, check_body_len, check_head,
+    Decision, Fingerprint, HeadRules, IdempotencyKey, MAX_ORDER_BODY_BYTES, NewOrder,
+    ORDER_OPERATION, Problem, ProblemCode, RequestHead, UnixMillis, check_body_len, check_head,
 };
 use serde::Serialize;
+use std::time::Instant;
 use tracing::{info, warn};
+
 use uuid::Uuid;
 
 use super::{authed, json_response, lookup_path, rfc3339};
 use crate::auth::{bearer_hash, hash_token};
-use crate::db::{Order, OrderDraft, StoreError};
+use crate::db::{AccountId, Order, OrderDraft, StoreError, TokenHash};
 use crate::faults::{self, Fault};
-use crate::idempotency::{Mode, Outcome, Policy, StoredResponse};
+use crate::idempotency::{
+    self, Answer, Mode, Outcome, Policy, RecordKey, Scope, Step, StoredResponse,
+};
 use crate::metrics::OutcomeLabel;
 use crate::problems::{
     ApiError, UNAVAILABLE_RETRY_AFTER_SECS, body_timeout_response, problem_response,
 };
+use crate::replay_cache::ReplayCache;
 use crate::serve::ConnectionControl;
 use crate::{AppState, Settings};
 
@@ -147,6 +152,15 @@ async fn create_order(
     let order = NewOrder::from_json(&bytes)?;
     let fingerprint = order.fingerprint();
     let fault = faults::requested(settings, headers);
+    let policy = order_policy(settings);
+    let cache = state.replay_cache().filter(|_| fault.is_none());
+    if let Some(answered) =
+        cache.and_then(|cache| from_cache(cache, token, &checked.key, fingerprint, &policy))
+    {
+        state.token_usage().note(token);
+        info!(outcome = answered.0, cached = true, "POST /orders");
+        return Ok(answered);
+    }
 
     // The time shown in the order; every decision is the database's.
     let created_at = crate::display_now();
@@ -167,12 +181,24 @@ async fn create_order(
         },
         response,
     };
-    let policy = order_policy(settings);
-    let outcome = authed(
+    let sent = Instant::now();
+    let answer = authed(
         state,
         token,
         state.db().create_order(token, &draft, &policy).await?,
     )?;
+    if let (Some(cache), Some((account, read))) = (cache, &answer.seen) {
+        // A replay or a 422 that the cache could have answered.
+        cache.miss();
+        cache.remember(
+            token,
+            *account,
+            &order_key(*account, &draft.key),
+            read,
+            sent,
+        );
+    }
+    let outcome = answer.outcome;
     let label = outcome.label();
     // One line per request: the access log's cost is paid once.
     let response = match outcome {
@@ -190,6 +216,50 @@ async fn create_order(
         }
     };
     Ok((label, response))
+}
+
+fn order_key(account: AccountId, key: &IdempotencyKey) -> RecordKey {
+    RecordKey {
+        scope: Scope::account(account),
+        operation: ORDER_OPERATION,
+        key: key.clone(),
+    }
+}
+
+/// The answer from the replay cache, when it holds the caller's completed
+/// record: a replay, or 422 for another payload. The engine decides on the
+/// copy as on a row; whatever else it decides is the database's to answer.
+fn from_cache(
+    cache: &ReplayCache,
+    token: TokenHash,
+    key: &IdempotencyKey,
+    fingerprint: Fingerprint,
+    policy: &Policy,
+) -> Option<(&'static str, Response)> {
+    let key = order_key(cache.account(token)?, key);
+    let read = cache.read(&key)?;
+    let answer = match idempotency::step(&read, &key, fingerprint, policy) {
+        Step::Answer(
+            answer @ (Answer::Replayed(_)
+            | Answer::Rejected {
+                decision: Decision::Reused,
+                ..
+            }),
+        ) => answer,
+        _ => {
+            cache.forget(&key);
+            return None;
+        }
+    };
+    cache.hit();
+    let outcome = Outcome::<()>::from(answer);
+    let label = outcome.label();
+    let response = match outcome {
+        Outcome::Replayed(response) => response.to_response(true),
+        Outcome::Rejected { problem, .. } => problem_response(&problem),
+        Outcome::Executed { .. } => return None,
+    };
+    Some((label, response))
 }
 
 /// The answer to a committed new order, unless a fault says otherwise.

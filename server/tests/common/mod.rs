@@ -372,6 +372,18 @@ impl Server {
         }
     }
 
+    /// `GET /metrics`, as text.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     /// How many POST handlers a fixture ran (`GET /counter`).
     pub async fn handler_runs(&self) -> u64 {
         let json: serde_json::Value = self

@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::records::read_from_row;
 use super::{PgDb, PgPooler, db_error, run_in_transaction};
 use crate::db::{
-    AccountId, Authed, Order, OrderDraft, StoreError, TokenHash, from_system_time, millis,
-    to_system_time,
+    AccountId, Authed, Order, OrderAnswer, OrderDraft, StoreError, TokenHash, from_system_time,
+    millis, to_system_time,
 };
 use crate::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Scope, Step};
 
@@ -38,7 +38,7 @@ impl PgDb {
         token: TokenHash,
         draft: &OrderDraft,
         policy: &Policy,
-    ) -> Result<Authed<Outcome<()>>, StoreError> {
+    ) -> Result<Authed<OrderAnswer>, StoreError> {
         let mut client = self.client().await?;
         let fingerprint = &draft.fingerprint.as_bytes()[..];
         let (operation, key) = (draft.operation.as_str(), draft.key.as_str());
@@ -88,12 +88,15 @@ impl PgDb {
         let (account, read) = match rows.first() {
             Some(row) => match row.try_get::<_, &str>("outcome").map_err(db_error)? {
                 "created" => {
-                    return Ok(Authed::Ok(Outcome::Executed {
-                        decision: Decision::Execute,
-                        value: (),
-                        response: draft.response.clone(),
-                        stored: true,
-                    }));
+                    return Ok(Authed::Ok(
+                        Outcome::Executed {
+                            decision: Decision::Execute,
+                            value: (),
+                            response: draft.response.clone(),
+                            stored: true,
+                        }
+                        .into(),
+                    ));
                 }
                 "unauthorized" => return Ok(Authed::Unauthorized),
                 _ => (account_of_row(row)?, read_from_row(row)?),
@@ -113,7 +116,10 @@ impl PgDb {
         if let Step::Answer(answer) =
             idempotency::step(&read, &record_key, draft.fingerprint, policy)
         {
-            return Ok(Authed::Ok(answer.into()));
+            return Ok(Authed::Ok(OrderAnswer {
+                outcome: answer.into(),
+                seen: Some((account, read)),
+            }));
         }
         // The transactional path: a take-over or a re-execution (rare).
         let (order, response) = (draft.order.clone(), draft.response.clone());
@@ -149,7 +155,7 @@ impl PgDb {
         )
         .await;
         match outcome {
-            Ok(outcome) => Ok(Authed::Ok(outcome)),
+            Ok(outcome) => Ok(Authed::Ok(outcome.into())),
             Err(idempotency::Error::Effect(err) | idempotency::Error::Store(err)) => Err(err),
         }
     }

@@ -41,7 +41,7 @@ use redis::{ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, TlsCe
 use sha2::{Digest, Sha256};
 
 use super::{Authed, Order, OrderDraft, PoolStatus, StoreError, TokenHash};
-use crate::idempotency::{Outcome, Policy, Read, RecordKey};
+use crate::idempotency::{Policy, Read, RecordKey};
 use idemkey_core::{IdempotencyKey, OperationId};
 use uuid::Uuid;
 
@@ -299,7 +299,7 @@ impl RedisDb {
         _: TokenHash,
         _: &OrderDraft,
         _: &Policy,
-    ) -> Result<Authed<Outcome<()>>, StoreError> {
+    ) -> Result<Authed<crate::db::OrderAnswer>, StoreError> {
         Err(lease_only())
     }
 

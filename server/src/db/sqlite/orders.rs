@@ -1,13 +1,13 @@
 //! The order route's statements on SQLite: `POST /orders` as one `BEGIN
 //! IMMEDIATE` transaction through the engine, and the reads.
 
-use idemkey_core::{IdempotencyKey, OperationId, UnixMillis};
+use idemkey_core::{Decision, IdempotencyKey, OperationId, UnixMillis};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use uuid::Uuid;
 
 use super::records::read_from_row;
 use super::{SqliteDb, run_in_transaction, sqlite_error};
-use crate::db::{AccountId, Authed, Order, OrderDraft, StoreError, TokenHash};
+use crate::db::{AccountId, Authed, Order, OrderAnswer, OrderDraft, StoreError, TokenHash};
 use crate::idempotency::{self, Done, Outcome, Policy, Read, RecordKey, Scope};
 
 const ACCOUNT: &str = include_str!("sql/account.sql");
@@ -37,6 +37,17 @@ fn account_of(conn: &Connection, token: TokenHash) -> Result<Option<AccountId>, 
     .transpose()
 }
 
+fn read_record(conn: &Connection, key: &RecordKey) -> Result<Read, StoreError> {
+    conn.prepare_cached(READ)
+        .and_then(|mut stmt| {
+            stmt.query_row(
+                params![key.scope.as_str(), key.operation.as_str(), key.key.as_str()],
+                read_from_row,
+            )
+        })
+        .map_err(sqlite_error)
+}
+
 impl SqliteDb {
     /// `POST /orders`: authenticate, then claim, insert the order and store
     /// its response in one `BEGIN IMMEDIATE` transaction through the engine.
@@ -45,7 +56,7 @@ impl SqliteDb {
         token: TokenHash,
         draft: &OrderDraft,
         policy: &Policy,
-    ) -> Result<Authed<Outcome<()>>, StoreError> {
+    ) -> Result<Authed<OrderAnswer>, StoreError> {
         let (draft, policy) = (draft.clone(), *policy);
         let hold = crate::faults::Hold::current();
         self.with_conn(move |conn| {
@@ -78,10 +89,23 @@ impl SqliteDb {
                     value: (),
                 })
             });
-            match outcome {
-                Ok(outcome) => Ok(Authed::Ok(outcome)),
-                Err(idempotency::Error::Effect(err) | idempotency::Error::Store(err)) => Err(err),
-            }
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(idempotency::Error::Effect(err) | idempotency::Error::Store(err)) => {
+                    return Err(err);
+                }
+            };
+            // Answered from a completed record: read it back (a local read,
+            // outside the write transaction) for the replay cache.
+            let seen = match &outcome {
+                Outcome::Replayed(_)
+                | Outcome::Rejected {
+                    decision: Decision::Reused,
+                    ..
+                } => Some((account, read_record(conn, &key)?)),
+                _ => None,
+            };
+            Ok(Authed::Ok(OrderAnswer { outcome, seen }))
         })
         .await
     }

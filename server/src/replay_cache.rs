@@ -1,0 +1,423 @@
+//! Replays without a database read: a bounded in-process copy of completed
+//! records and of the token-to-account mapping.
+//!
+//! A completed record does not change until its replay window ends (every
+//! write after completion is fenced by the record's state: only the trim
+//! turns it into a tombstone, and only after its window), so each process
+//! may answer a replay from its own copy, and every process answers alike.
+//! What the copy cannot know by itself is time: the window is the
+//! database's. The copy keeps the database's clock as it was read and the
+//! process's monotonic instant at which the statement was *sent*; the
+//! database's clock now is then at most `read + elapsed`, an estimate that
+//! runs early, so a copy stops answering no later than the database would.
+//! The engine's decision table ([`crate::idempotency::step`]) decides on the
+//! copy exactly as on a row read from the database.
+//!
+//! A token's account is kept for `auth_ttl` only: that is how long a revoked
+//! token can still replay from this process's copy (new orders and
+//! everything else authenticate in the database, at once).
+//!
+//! Memory is bounded in bytes (each entry weighs its response, key and a
+//! fixed overhead, so the entry count is bounded too); [`quick_cache`]
+//! evicts the least valuable entries past the bound.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use idemkey_core::{Stored, UnixMillis};
+use quick_cache::Weighter;
+use quick_cache::sync::Cache;
+
+use crate::db::{AccountId, TokenHash};
+use crate::idempotency::{Read, Record, RecordKey};
+
+/// What an entry weighs beyond its variable parts: the key's fixed fields,
+/// the record's, and the cache's own bookkeeping.
+const ENTRY_OVERHEAD: u64 = 256;
+
+/// The bounds of one process's cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayCacheSettings {
+    /// Most bytes of completed records kept; 0 turns the cache off.
+    pub bytes: u64,
+    /// How long a token's account is trusted without asking the database:
+    /// the longest a revoked token can still replay from the cache. Zero
+    /// turns the cache off.
+    pub auth_ttl: Duration,
+}
+
+impl Default for ReplayCacheSettings {
+    fn default() -> Self {
+        Self {
+            bytes: 64 * 1024 * 1024,
+            auth_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+impl ReplayCacheSettings {
+    /// Whether these settings keep anything at all.
+    pub const fn enabled(&self) -> bool {
+        self.bytes > 0 && !self.auth_ttl.is_zero()
+    }
+}
+
+/// A completed record as read, with the clocks it was read at.
+#[derive(Clone, Debug)]
+struct Entry {
+    record: Record,
+    /// The database's clock in the statement that read the record.
+    db_now: UnixMillis,
+    /// This process's instant when that statement was sent (before
+    /// `db_now`, so `db_now + sent.elapsed()` never runs late).
+    sent: Instant,
+    weight: u64,
+}
+
+#[derive(Clone)]
+struct EntryWeight;
+
+impl Weighter<RecordKey, Entry> for EntryWeight {
+    fn weight(&self, _: &RecordKey, entry: &Entry) -> u64 {
+        entry.weight
+    }
+}
+
+/// A token's account and until when it is trusted.
+#[derive(Clone, Copy, Debug)]
+struct TokenEntry {
+    account: AccountId,
+    until: Instant,
+}
+
+/// Counters for `GET /metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayCacheStats {
+    /// Requests answered from the cache.
+    pub hits: u64,
+    /// Replays and 422s the database answered because the cache held no
+    /// copy (new orders are not counted).
+    pub misses: u64,
+    /// Records held.
+    pub entries: u64,
+    /// Bytes of records held, as weighed against the bound.
+    pub bytes: u64,
+}
+
+/// One process's replay cache; see the module documentation.
+pub struct ReplayCache {
+    records: Cache<RecordKey, Entry, EntryWeight>,
+    tokens: Cache<TokenHash, TokenEntry>,
+    auth_ttl: Duration,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl std::fmt::Debug for ReplayCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayCache")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplayCache {
+    /// A cache within `settings`, or `None` when they turn it off.
+    pub fn new(settings: ReplayCacheSettings) -> Option<Self> {
+        if !settings.enabled() {
+            return None;
+        }
+        let estimated = usize::try_from(settings.bytes / (ENTRY_OVERHEAD * 2))
+            .unwrap_or(usize::MAX)
+            .clamp(16, 1 << 20);
+        Some(Self {
+            records: Cache::with_weighter(estimated, settings.bytes, EntryWeight),
+            tokens: Cache::new(estimated.min(100_000)),
+            auth_ttl: settings.auth_ttl,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        })
+    }
+
+    /// The account of `token`, if it authenticated in the database less
+    /// than `auth_ttl` ago.
+    pub fn account(&self, token: TokenHash) -> Option<AccountId> {
+        let entry = self.tokens.get(&token)?;
+        if Instant::now() < entry.until {
+            Some(entry.account)
+        } else {
+            self.tokens.remove(&token);
+            None
+        }
+    }
+
+    /// What `key` holds, as the database would say now, if a copy is kept
+    /// and still inside its window at the (early-running) estimate of the
+    /// database's clock. Anything else is forgotten: the database answers.
+    pub fn read(&self, key: &RecordKey) -> Option<Read> {
+        let entry = self.records.get(key)?;
+        let elapsed = u64::try_from(entry.sent.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now = UnixMillis(entry.db_now.0.saturating_add(elapsed));
+        match entry.record.stored {
+            Stored::Completed { replay_until, .. } if now < replay_until => Some(Read {
+                now,
+                record: Some(entry.record),
+            }),
+            _ => {
+                self.records.remove(key);
+                None
+            }
+        }
+    }
+
+    /// Keeps what the database answered for `key` with `token`'s account:
+    /// a completed record with a stored response, read by a statement sent
+    /// at `sent`. Anything else (in flight, tombstone, a response too large
+    /// to store) is not kept.
+    pub fn remember(
+        &self,
+        token: TokenHash,
+        account: AccountId,
+        key: &RecordKey,
+        read: &Read,
+        sent: Instant,
+    ) {
+        self.tokens.insert(
+            token,
+            TokenEntry {
+                account,
+                until: sent + self.auth_ttl,
+            },
+        );
+        let Some(record) = &read.record else { return };
+        let Stored::Completed { replay_until, .. } = record.stored else {
+            return;
+        };
+        let Some(response) = record.response.as_ref().filter(|r| r.body.is_some()) else {
+            return;
+        };
+        if read.now >= replay_until {
+            return;
+        }
+        let weight = ENTRY_OVERHEAD
+            + response.body.as_ref().map_or(0, |b| b.len() as u64)
+            + response
+                .headers
+                .iter()
+                .map(|(n, v)| (n.len() + v.len()) as u64)
+                .sum::<u64>()
+            + (key.scope.as_str().len() + key.operation.as_str().len() + key.key.as_str().len())
+                as u64
+            + record.resource_id.as_ref().map_or(0, |r| r.len() as u64);
+        self.records.insert(
+            key.clone(),
+            Entry {
+                record: record.clone(),
+                db_now: read.now,
+                sent,
+                weight,
+            },
+        );
+    }
+
+    /// Drops the copy of `key` (the engine decided something a copy must
+    /// not answer).
+    pub fn forget(&self, key: &RecordKey) {
+        self.records.remove(key);
+    }
+
+    /// Counts a request answered from the cache.
+    pub fn hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a replay or 422 the database answered for want of a copy.
+    pub fn miss(&self) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters and the cache's size.
+    pub fn stats(&self) -> ReplayCacheStats {
+        ReplayCacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            entries: self.records.len() as u64,
+            bytes: self.records.weight(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, ORDER_OPERATION};
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::idempotency::{ClaimToken, Scope, StoredResponse};
+
+    fn key(name: &str) -> RecordKey {
+        RecordKey {
+            scope: Scope::account(AccountId(Uuid::nil())),
+            operation: ORDER_OPERATION,
+            key: IdempotencyKey::parse(name.as_bytes(), KeyProfile::Lenient).expect("a key"),
+        }
+    }
+
+    fn completed(now: u64, replay_until: u64, body: Option<&str>) -> Read {
+        let mut response = StoredResponse::new(201, body.unwrap_or_default().to_owned());
+        if body.is_none() {
+            response.body = None;
+        }
+        Read {
+            now: UnixMillis(now),
+            record: Some(Record {
+                stored: Stored::Completed {
+                    fingerprint: Fingerprint::from_bytes([7; 32]),
+                    replay_until: UnixMillis(replay_until),
+                },
+                token: ClaimToken(Uuid::nil()),
+                response: Some(response),
+                resource_id: None,
+                created_at: UnixMillis(now),
+                replay_until: Some(UnixMillis(replay_until)),
+            }),
+        }
+    }
+
+    fn cache(bytes: u64) -> ReplayCache {
+        ReplayCache::new(ReplayCacheSettings {
+            bytes,
+            auth_ttl: Duration::from_secs(60),
+        })
+        .expect("enabled")
+    }
+
+    #[test]
+    fn off_when_either_bound_is_zero() {
+        for settings in [
+            ReplayCacheSettings {
+                bytes: 0,
+                ..ReplayCacheSettings::default()
+            },
+            ReplayCacheSettings {
+                auth_ttl: Duration::ZERO,
+                ..ReplayCacheSettings::default()
+            },
+        ] {
+            assert!(ReplayCache::new(settings).is_none(), "{settings:?}");
+        }
+    }
+
+    #[test]
+    fn a_completed_record_is_answered_with_the_databases_clock_moved_on() {
+        let cache = cache(1 << 20);
+        let token = TokenHash([1; 32]);
+        let account = AccountId(Uuid::nil());
+        let k = key("a");
+        cache.remember(
+            token,
+            account,
+            &k,
+            &completed(1_000, 60_000, Some("{}")),
+            Instant::now(),
+        );
+        assert_eq!(cache.account(token), Some(account));
+        let read = cache.read(&k).expect("kept");
+        assert!(read.now.0 >= 1_000 && read.now.0 < 60_000, "{:?}", read.now);
+        assert_eq!(
+            read.record,
+            completed(0, 60_000, Some("{}")).record.map(|r| Record {
+                created_at: UnixMillis(1_000),
+                ..r
+            })
+        );
+        assert_eq!(cache.stats().entries, 1);
+    }
+
+    #[test]
+    fn a_window_over_by_the_estimate_is_never_answered() {
+        let cache = cache(1 << 20);
+        let k = key("b");
+        // Read 10 ms before the window's end, the statement sent 20 ms ago:
+        // by the estimate the window is over.
+        let sent = Instant::now() - Duration::from_millis(20);
+        cache.remember(
+            TokenHash([2; 32]),
+            AccountId(Uuid::nil()),
+            &k,
+            &completed(990, 1_000, Some("{}")),
+            sent,
+        );
+        assert!(cache.read(&k).is_none());
+        assert_eq!(cache.stats().entries, 0, "forgotten, not kept");
+    }
+
+    #[test]
+    fn only_completed_records_with_a_stored_body_are_kept() {
+        let cache = cache(1 << 20);
+        let (token, account) = (TokenHash([3; 32]), AccountId(Uuid::nil()));
+        let k = key("c");
+        cache.remember(
+            token,
+            account,
+            &k,
+            &completed(1_000, 60_000, None),
+            Instant::now(),
+        );
+        cache.remember(
+            token,
+            account,
+            &k,
+            &completed(60_000, 60_000, Some("{}")),
+            Instant::now(),
+        );
+        let mut in_flight = completed(1_000, 60_000, Some("{}"));
+        if let Some(r) = in_flight.record.as_mut() {
+            r.stored = Stored::InFlight {
+                fingerprint: Fingerprint::from_bytes([7; 32]),
+                lease_until: UnixMillis(2_000),
+            };
+        }
+        cache.remember(token, account, &k, &in_flight, Instant::now());
+        assert!(cache.read(&k).is_none());
+        assert_eq!(cache.stats().entries, 0);
+    }
+
+    #[test]
+    fn a_tokens_account_is_trusted_for_auth_ttl_only() {
+        let cache = ReplayCache::new(ReplayCacheSettings {
+            bytes: 1 << 20,
+            auth_ttl: Duration::from_millis(50),
+        })
+        .expect("enabled");
+        let token = TokenHash([4; 32]);
+        let k = key("d");
+        let long_ago = Instant::now() - Duration::from_millis(60);
+        cache.remember(
+            token,
+            AccountId(Uuid::nil()),
+            &k,
+            &completed(1_000, 60_000, Some("{}")),
+            long_ago,
+        );
+        assert_eq!(cache.account(token), None);
+    }
+
+    #[test]
+    fn the_bytes_bound_holds() {
+        let cache = cache(64 * 1024);
+        let body = "x".repeat(1_000);
+        for i in 0..1_000 {
+            cache.remember(
+                TokenHash([5; 32]),
+                AccountId(Uuid::nil()),
+                &key(&format!("k{i}")),
+                &completed(1_000, 60_000, Some(&body)),
+                Instant::now(),
+            );
+        }
+        let stats = cache.stats();
+        assert!(stats.bytes <= 64 * 1024, "{stats:?}");
+        assert!(stats.entries > 0 && stats.entries < 1_000, "{stats:?}");
+    }
+}
