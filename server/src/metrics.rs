@@ -11,6 +11,8 @@
 //! - `idemkey_shed_total{cap}` and `idemkey_in_flight`: load shed by
 //!   [`crate::load_shed`], requests in progress under its cap;
 //! - `idemkey_replay_cache_*`: hits, misses and size of the replay cache;
+//! - `idemkey_sqlite_order_batches_total`, `idemkey_sqlite_batched_orders_total`:
+//!   SQLite's group commit;
 //! - `idemkey_pool_*`: database pool gauges.
 //!
 //! Front ends count their own outcomes: the order route tags its response
@@ -256,6 +258,24 @@ pub async fn show(State(state): State<AppState>) -> Response {
     let mut text = state.metrics().render(state.db());
     if let Some(cache) = state.replay_cache() {
         render_replay_cache(&mut text, cache.stats());
+    }
+    if let Some((batches, orders)) = state.db().order_batches() {
+        for (name, help, value) in [
+            (
+                "idemkey_sqlite_order_batches_total",
+                "Transactions that committed new orders together (one fsync each).",
+                batches,
+            ),
+            (
+                "idemkey_sqlite_batched_orders_total",
+                "Orders carried by those transactions.",
+                orders,
+            ),
+        ] {
+            let _ = writeln!(text, "# HELP {name} {help}");
+            let _ = writeln!(text, "# TYPE {name} counter");
+            let _ = writeln!(text, "{name} {value}");
+        }
     }
     let mut response = Response::new(text.into());
     *response.status_mut() = StatusCode::OK;

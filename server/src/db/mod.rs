@@ -213,6 +213,15 @@ impl Db {
         }
     }
 
+    /// SQLite only: `(batches, orders)` of new orders group-committed so
+    /// far (one fsync per batch).
+    pub fn order_batches(&self) -> Option<(u64, u64)> {
+        match self {
+            Self::Sqlite(db) => Some(db.order_batches()),
+            Self::Postgres(_) | Self::Redis(_) => None,
+        }
+    }
+
     /// Whether this store holds only the idempotency layer's records (no
     /// accounts, no orders, no transactions to join): Redis. The `serve`
     /// command refuses such a store.

@@ -7,7 +7,10 @@
 //!
 //! The store's clock is SQLite's own (`unixepoch('subsec')` inside each
 //! statement). rusqlite is blocking: each call takes the store's one
-//! connection on a blocking thread.
+//! connection on a blocking thread. New orders go through one writer
+//! thread that commits every order waiting at that moment in one
+//! transaction, each in its own savepoint ([`group_commit`]): one fsync
+//! per batch instead of one per order.
 //!
 //! Every call's wait is bounded by one deadline (the server's
 //! `--pool-wait`): first for the connection (a timed lock, waited for on
@@ -33,6 +36,7 @@ use tracing::{info, warn};
 use super::{PoolStatus, StoreError};
 
 mod accounts;
+mod group_commit;
 mod orders;
 mod private_file;
 mod records;
@@ -81,6 +85,8 @@ pub struct SqliteDb {
     busy: Arc<AtomicUsize>,
     /// The bound on a call's wait.
     wait: Duration,
+    /// The writer that commits new orders in batches.
+    group: group_commit::GroupCommit,
 }
 
 impl std::fmt::Debug for SqliteDb {
@@ -116,12 +122,16 @@ impl SqliteDb {
         .await
         .map_err(|e| StoreError::Unavailable(format!("open task: {e}")))?
         .map_err(sqlite_error)?;
+        let conn = Arc::new(Mutex::new(conn));
+        let busy = Arc::new(AtomicUsize::new(0));
+        let group = group_commit::GroupCommit::start(Arc::clone(&conn), Arc::clone(&busy), wait)?;
         Ok(Self {
             path: Arc::new(path),
-            conn: Arc::new(Mutex::new(conn)),
+            conn,
             waiting: Arc::new(AtomicUsize::new(0)),
-            busy: Arc::new(AtomicUsize::new(0)),
+            busy,
             wait,
+            group,
         })
     }
 
@@ -180,13 +190,18 @@ impl SqliteDb {
         .map_err(|e| StoreError::Unavailable(format!("blocking task: {e}")))?
     }
 
+    /// `(batches, orders)` of new orders group-committed so far.
+    pub fn order_batches(&self) -> (u64, u64) {
+        self.group.committed()
+    }
+
     pub(super) fn pool_status(&self) -> PoolStatus {
         // One connection, open for the store's life.
         PoolStatus {
             max_size: 1,
             size: 1,
             available: 1 - self.busy.load(Ordering::Relaxed).min(1),
-            waiting: self.waiting.load(Ordering::Relaxed),
+            waiting: self.waiting.load(Ordering::Relaxed) + self.group.queued(),
         }
     }
 

@@ -6,7 +6,8 @@ use rusqlite::{Connection, OptionalExtension as _, params};
 use uuid::Uuid;
 
 use super::records::read_from_row;
-use super::{SqliteDb, run_in_transaction, sqlite_error};
+use super::transaction::run_in_savepoint;
+use super::{SqliteDb, sqlite_error};
 use crate::db::{AccountId, Authed, Order, OrderAnswer, OrderDraft, StoreError, TokenHash};
 use crate::idempotency::{self, Done, Outcome, Policy, Read, RecordKey, Scope};
 
@@ -48,9 +49,63 @@ fn read_record(conn: &Connection, key: &RecordKey) -> Result<Read, StoreError> {
         .map_err(sqlite_error)
 }
 
+/// One order in the batch's open transaction `tx`, in its own savepoint.
+fn create_order_in(
+    tx: &mut rusqlite::Transaction<'_>,
+    token: TokenHash,
+    draft: &OrderDraft,
+    policy: &Policy,
+    hold: Option<&crate::faults::Hold>,
+) -> Result<Authed<OrderAnswer>, StoreError> {
+    let Some(account) = account_of(tx, token)? else {
+        return Ok(Authed::Unauthorized);
+    };
+    let key = RecordKey {
+        scope: Scope::account(account),
+        operation: draft.operation.clone(),
+        key: draft.key.clone(),
+    };
+    let outcome = run_in_savepoint(tx, &key, draft.fingerprint, policy, |conn| {
+        conn.prepare_cached(INSERT_ORDER)
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    draft.order.id.to_string(),
+                    account.0.to_string(),
+                    draft.order.sku,
+                    i64::from(draft.order.quantity),
+                    ms(draft.order.created_at),
+                ])
+            })
+            .map_err(sqlite_error)?;
+        if let Some(hold) = hold {
+            hold.wait_blocking();
+        }
+        Ok(Done {
+            response: draft.response.clone(),
+            resource: Some(draft.order.id.to_string()),
+            value: (),
+        })
+    });
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(idempotency::Error::Effect(err) | idempotency::Error::Store(err)) => return Err(err),
+    };
+    // Answered from a completed record: read it back for the replay cache.
+    let seen = match &outcome {
+        Outcome::Replayed(_)
+        | Outcome::Rejected {
+            decision: Decision::Reused,
+            ..
+        } => Some((account, read_record(tx, &key)?)),
+        _ => None,
+    };
+    Ok(Authed::Ok(OrderAnswer { outcome, seen }))
+}
+
 impl SqliteDb {
     /// `POST /orders`: authenticate, then claim, insert the order and store
-    /// its response in one `BEGIN IMMEDIATE` transaction through the engine.
+    /// its response in one savepoint of the next group-committed batch
+    /// ([`super::group_commit`]), answered once the batch committed.
     pub(in crate::db) async fn create_order(
         &self,
         token: TokenHash,
@@ -59,55 +114,11 @@ impl SqliteDb {
     ) -> Result<Authed<OrderAnswer>, StoreError> {
         let (draft, policy) = (draft.clone(), *policy);
         let hold = crate::faults::Hold::current();
-        self.with_conn(move |conn| {
-            let Some(account) = account_of(conn, token)? else {
-                return Ok(Authed::Unauthorized);
-            };
-            let key = RecordKey {
-                scope: Scope::account(account),
-                operation: draft.operation.clone(),
-                key: draft.key.clone(),
-            };
-            let outcome = run_in_transaction(conn, &key, draft.fingerprint, &policy, |tx| {
-                tx.prepare_cached(INSERT_ORDER)
-                    .and_then(|mut stmt| {
-                        stmt.execute(params![
-                            draft.order.id.to_string(),
-                            account.0.to_string(),
-                            draft.order.sku,
-                            i64::from(draft.order.quantity),
-                            ms(draft.order.created_at),
-                        ])
-                    })
-                    .map_err(sqlite_error)?;
-                if let Some(hold) = &hold {
-                    hold.wait_blocking();
-                }
-                Ok(Done {
-                    response: draft.response.clone(),
-                    resource: Some(draft.order.id.to_string()),
-                    value: (),
-                })
-            });
-            let outcome = match outcome {
-                Ok(outcome) => outcome,
-                Err(idempotency::Error::Effect(err) | idempotency::Error::Store(err)) => {
-                    return Err(err);
-                }
-            };
-            // Answered from a completed record: read it back (a local read,
-            // outside the write transaction) for the replay cache.
-            let seen = match &outcome {
-                Outcome::Replayed(_)
-                | Outcome::Rejected {
-                    decision: Decision::Reused,
-                    ..
-                } => Some((account, read_record(conn, &key)?)),
-                _ => None,
-            };
-            Ok(Authed::Ok(OrderAnswer { outcome, seen }))
-        })
-        .await
+        self.group
+            .submit(self.wait, move |tx| {
+                create_order_in(tx, token, &draft, &policy, hold.as_ref())
+            })
+            .await
     }
 
     pub(in crate::db) async fn lookup(
