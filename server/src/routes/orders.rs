@@ -17,7 +17,7 @@ use idemkey_core::{
 };
 use serde::Serialize;
 use std::time::Instant;
-use tracing::{info, warn};
+use tracing::warn;
 
 use uuid::Uuid;
 
@@ -34,6 +34,7 @@ use crate::problems::{
 };
 use crate::replay_cache::ReplayCache;
 use crate::serve::ConnectionControl;
+use crate::telemetry::LogNote;
 use crate::{AppState, Settings};
 
 #[derive(Serialize)]
@@ -158,8 +159,12 @@ async fn create_order(
         cache.and_then(|cache| from_cache(cache, token, &checked.key, fingerprint, &policy))
     {
         state.token_usage().note(token);
-        info!(outcome = answered.0, cached = true, "POST /orders");
-        return Ok(answered);
+        let (label, mut response) = answered;
+        response.extensions_mut().insert(LogNote {
+            order: None,
+            cached: true,
+        });
+        return Ok((label, response));
     }
 
     // The time shown in the order; every decision is the database's.
@@ -200,20 +205,19 @@ async fn create_order(
     }
     let outcome = answer.outcome;
     let label = outcome.label();
-    // One line per request: the access log's cost is paid once.
+    // No line of its own: the request's one access line
+    // ([`crate::telemetry`]) carries the outcome and the order.
     let response = match outcome {
         Outcome::Executed { response, .. } => {
-            info!(outcome = label, order = %id, "order created");
-            after_commit(state, fault, &parts.extensions, response).await
+            let mut response = after_commit(state, fault, &parts.extensions, response).await;
+            response.extensions_mut().insert(LogNote {
+                order: Some(id),
+                cached: false,
+            });
+            response
         }
-        Outcome::Replayed(response) => {
-            info!(outcome = label, "POST /orders");
-            response.to_response(true)
-        }
-        Outcome::Rejected { problem, .. } => {
-            info!(outcome = label, "POST /orders");
-            problem_response(&problem)
-        }
+        Outcome::Replayed(response) => response.to_response(true),
+        Outcome::Rejected { problem, .. } => problem_response(&problem),
     };
     Ok((label, response))
 }
