@@ -48,7 +48,8 @@ pgb = read_tsv('pgbench.tsv')
 bursts = read_tsv('bursts.tsv')
 wasm = read_tsv('wasm.tsv')
 main = [r for r in http if r['variant'] == 'default']
-extras = [r for r in http if r['variant'] != 'default']
+extras = [r for r in http if r['variant'] not in ('default', 'nocache')]
+nocache = [r for r in http if r['variant'] == 'nocache']
 
 
 def cell(system, procs, kind, conns, rows=main):
@@ -167,6 +168,20 @@ if extras:
         p(f"| {r['variant']} | {fmt(num(r['rps']))} | {ratio(num(r['rps']), num(base['rps']) if base else None)} | "
           f"{fmt(num(r['p99_ms']), 1)} | {fmt(num(r['server_cpu_s_per_1k']), 3)} | {fmt(w / dur if w else None)} | "
           f"{fmt(c / w if w else None, 1)} | {r['busy_pct']} | {r['quiet']} |")
+    p('')
+
+# ---- replay cache off ----------------------------------------------------------------------------
+if nocache:
+    p('## Replay cache on and off (1 process, one replayed key, c16)', '',
+      '`nocache`: the same server with `IDEMKEY_REPLAY_CACHE_MIB=0`, every replay read from the '
+      'database in its one round trip.', '',
+      '| system | req/s cache on | req/s cache off | on / off | p99 ms on | p99 ms off | quiet |',
+      '|---|---:|---:|---:|---:|---:|---|')
+    for r in nocache:
+        on = cell(r['system'], 1, 'replay', 16)
+        p(f"| {r['system']} | {fmt(num(on['rps'])) if on else 'NA'} | {fmt(num(r['rps']))} | "
+          f"{ratio(num(on['rps']) if on else None, num(r['rps']))} | "
+          f"{fmt(num(on['p99_ms']), 1) if on else 'NA'} | {fmt(num(r['p99_ms']), 1)} | {r['quiet']} |")
     p('')
 
 # ---- pgbench -------------------------------------------------------------------------------------

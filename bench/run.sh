@@ -14,8 +14,8 @@
 #        and replay of one completed key; then bursts of one key by N clients at once;
 #   5. pgbench ceilings on our schema (multi-statement transaction, the server's own 1-round-trip
 #      statement, the replay SELECT, the server's replay statement);
-#   6. optional extras (EXTRAS=1): server variants (RUST_LOG=warn, pool sizes) and a
-#      synchronous_commit=off probe, to show which resource binds;
+#   6. optional extras (EXTRAS=1): server variants (RUST_LOG=warn, pool sizes), replays with the
+#      replay cache off, and a synchronous_commit=off probe, to show which resource binds;
 #   7. core microbenchmarks (criterion) and the wasm package size;
 #   8. bench/report.py: TSVs -> summary.md (tables, ratios) + chart.png.
 # Results: bench/results/<UTC stamp>/ (git-ignored). Stops its servers and its cluster at the end.
@@ -315,6 +315,14 @@ if [ "$EXTRAS" = 1 ]; then
     start_system idemkey-pg 1 $args || continue
     run_wrk 16 "$WARM" orders-new.lua >/dev/null 2>&1 || true
     http_cell idemkey-pg "$label" 1 new 64
+  done
+  # the replay cache off: every replay read from the database
+  SERVER_ENV=IDEMKEY_REPLAY_CACHE_MIB=0
+  for sys in idemkey-pg idemkey-sqlite; do
+    case " $SYSTEMS " in *" $sys:1 "*) ;; *) continue ;; esac
+    stop_all_procs
+    start_system "$sys" 1 || continue
+    http_cell "$sys" nocache 1 replay 16
   done
   SERVER_ENV=
   PSQL postgres -c "ALTER SYSTEM SET synchronous_commit = off" -c "SELECT pg_reload_conf()" >/dev/null
