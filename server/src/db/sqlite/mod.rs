@@ -9,7 +9,7 @@
 //! statement). rusqlite is blocking: each call takes the store's one
 //! connection on a blocking thread. New orders go through one writer
 //! thread that commits every order waiting at that moment in one
-//! transaction, each in its own savepoint ([`group_commit`]): one fsync
+//! transaction, each in its own savepoint (the `group_commit` module): one fsync
 //! per batch instead of one per order.
 //!
 //! Every call's wait is bounded by one deadline (the server's
