@@ -208,7 +208,9 @@ impl RedisNode {
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if node.pings() {
+            // The answer must come from this child, not from another
+            // process that held the port (the child then fails to bind).
+            if node.pings() && node.answers_as_itself() {
                 return Ok(node);
             }
             if let Some(child) = node.child.as_mut()
@@ -226,6 +228,18 @@ impl RedisNode {
             "redis-server did not answer: {}",
             node.log()
         )))
+    }
+
+    /// Whether the server on the port is this node's child (`INFO server`
+    /// names its process id).
+    fn answers_as_itself(&self) -> bool {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return false;
+        };
+        self.cli(&["info", "server"]).is_ok_and(|info| {
+            info.lines()
+                .any(|l| l.trim() == format!("process_id:{pid}"))
+        })
     }
 
     fn pings(&self) -> bool {
@@ -491,17 +505,36 @@ impl RedisCluster {
 
 /// Runs `redis-cli -p PORT ARGS…`.
 fn cli(port: u16, args: &[&str]) -> io::Result<String> {
-    let output = Command::new(REDIS_CLI)
+    // Bounded: `--cluster create` waits for every node to join, forever if
+    // one of them died.
+    let output = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            &CLI_LIMIT.as_secs().to_string(),
+            REDIS_CLI,
+        ])
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot run {REDIS_CLI} (Debian package redis-tools): {e}"),
-            )
-        })?;
+        .output()?;
+    match output.status.code() {
+        Some(124 | 137) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "redis-cli {} gave no answer within {CLI_LIMIT:?}",
+                    args.join(" ")
+                ),
+            ));
+        }
+        Some(126 | 127) => {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("cannot run {REDIS_CLI} (Debian package redis-tools)"),
+            ));
+        }
+        _ => {}
+    }
     if !output.status.success() {
         return Err(io::Error::other(format!(
             "redis-cli {}: {}",
@@ -511,6 +544,9 @@ fn cli(port: u16, args: &[&str]) -> io::Result<String> {
     }
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
+
+/// The longest one `redis-cli` call may take.
+const CLI_LIMIT: Duration = Duration::from_secs(60);
 
 /// A port whose cluster-bus companion (port + 10000) is free as well,
 /// below the ephemeral range when it can.
