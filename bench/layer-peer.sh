@@ -156,31 +156,50 @@ done
 
 python3 - "$OUT/results.txt" "$OUT/probes.txt" "$(getconf CLK_TCK)" <<'PY' | tee "$OUT/summary.md"
 import re, statistics, sys
-runs = {}
+runs, by_round = {}, {}
 for line in open(sys.argv[1]):
     f = dict(re.findall(r"(\w+)=(\S+)", line))
     runs.setdefault(f["cell"], []).append(f)
+    by_round.setdefault(f["round"], {})[f["cell"]] = float(f["rps"])
 hz = float(sys.argv[3])
 med = lambda fs, k: statistics.median(float(f[k]) for f in fs)
-base = {c: med(runs[c], "rps") for c in ("bare", "bare-peer-build") if c in runs}
-print("| cell | median req/s | vs bare | p50 ms | p99 ms | CPU ms/req: server | PostgreSQL | PG commits/req | non-201 | handler runs / 201 | noisy runs |")
+
+def ratio(a, b):
+    """Median over rounds of a's req/s over b's in the same round (the box's load moves between
+    rounds; cells of one round ran minutes apart at most)."""
+    rs = [r[a] / r[b] for r in by_round.values() if a in r and b in r and r[b] > 0]
+    return f"{statistics.median(rs):.2f}" if rs else ""
+
+def bare_of(cell):
+    return "bare-peer-build" if cell.startswith(("axum", "bare-peer")) and "bare-peer-build" in runs else "bare"
+
+print("| cell | median req/s | vs bare | p50 ms | p99 ms | CPU ms/req: server | PostgreSQL | "
+      "PG commits/req | non-201 | handler runs / 201 | noisy runs |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for cell, fs in runs.items():
-    rps = med(fs, "rps")
-    b = base.get("bare-peer-build" if cell.startswith(("axum", "bare-peer")) else "bare", base.get("bare"))
     req = sum(int(f["requests"]) for f in fs)
+    pg = "postgres" in cell and req
     cpu = sum(int(f["server_ticks"]) for f in fs) / hz * 1000 / req if req else 0
-    pgcpu = sum(int(f["pg_ticks"]) for f in fs) / hz * 1000 / req if req and "postgres" in cell else None
-    noisy = sum(f["box"] != "quiet" for f in fs)
+    pgcpu = f'{sum(int(f["pg_ticks"]) for f in fs) / hz * 1000 / req:.3f}' if pg else ""
     allreq = req + sum(int(f["warm_requests"]) for f in fs)
-    commits = sum(int(f["pg_commits"]) for f in fs) / allreq if allreq and "postgres" in cell else None
+    commits = f'{sum(int(f["pg_commits"]) for f in fs) / allreq:.2f}' if pg else ""
     bad = sum(int(f["requests"]) - int(f["s201"]) for f in fs)
     s201 = sum(int(f["s201"]) for f in fs)
     ran = sum(int(f["handler_runs"]) for f in fs)
-    print(f"| {cell} | {rps:,.0f} | {rps / b if b else float('nan'):.2f} | {med(fs, 'p50_ms'):.2f} | "
-          f"{med(fs, 'p99_ms'):.2f} | {cpu:.3f} | {'' if pgcpu is None else f'{pgcpu:.3f}'} | "
-          f"{'' if commits is None else f'{commits:.2f}'} | {bad} | "
+    noisy = sum(f["box"] != "quiet" for f in fs)
+    print(f"| {cell} | {med(fs, 'rps'):,.0f} | {ratio(cell, bare_of(cell))} | {med(fs, 'p50_ms'):.2f} | "
+          f"{med(fs, 'p99_ms'):.2f} | {cpu:.3f} | {pgcpu} | {commits} | {bad} | "
           f"{ran / s201 if s201 else float('nan'):.2f} | {noisy}/{len(fs)} |")
+pairs = [(a, b) for a in runs for b in ("axum-idempotent-postgres", "axum-idempotent-moka")
+         if b in runs and not a.startswith(("axum", "bare"))]
+if pairs:
+    print()
+    print("idemkey over axum-idempotent, req/s (median over rounds of the same round's ratio):")
+    print()
+    print("| idemkey cell | vs axum-idempotent-postgres | vs axum-idempotent-moka |")
+    print("|---|---:|---:|")
+    for a in dict.fromkeys(a for a, _ in pairs):
+        print(f"| {a} | {ratio(a, 'axum-idempotent-postgres')} | {ratio(a, 'axum-idempotent-moka')} |")
 print()
 for line in open(sys.argv[2]):
     print("- " + line.strip())
