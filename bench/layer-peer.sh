@@ -6,8 +6,9 @@
 # The servers are the two bench binaries of bench/peer/ (own lock files, outside the workspace and
 # CI), built here in release. wrk -t2 -cCONNS, POST /echo, a fresh key per request
 # (bench/wrk/layer-echo.lua), all cells in alternating rounds (the order rotates every round).
-# Then two probes per idempotent cell: two concurrent requests with one key (the handler sleeps
-# 300 ms), and a SIGKILL + restart of the server between a request and its retry.
+# Then three probes per idempotent cell: two concurrent requests with one key (the handler sleeps
+# 300 ms); a SIGKILL + restart of the server between a request and its retry; the same key again
+# with another body.
 #   bench/layer-peer.sh [ROUNDS=3] [SECONDS=5]
 # Env: CONNS (16), WARM (1 s unmeasured warm-up per run), CELLS (all; a space list of cell names),
 # W (work dir), OUT (where results.txt, probes.txt and summary.md go; default W), PGBIN,
@@ -127,10 +128,12 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 # ---- probes ------------------------------------------------------------------------------------
-post() { # HEADERS_FILE KEY [QUERY]: one POST /echo, its status on stdout
+post() { # HEADERS_FILE KEY [QUERY [BODY]]: one POST /echo, its status on stdout
+  local body='{"amount":500}'
+  [ -n "${4:-}" ] && body=$4
   curl -s -o /dev/null -D "$1" -w '%{http_code}' -X POST "http://127.0.0.1:$SRV_PORT/echo${3:-}" \
     ${COOKIE:+-H "Cookie: $COOKIE"} -H "Idempotency-Key: \"$2\"" -H 'Content-Type: application/json' \
-    --data '{"amount":500}'
+    --data "$body"
 }
 replayed() { grep -qi '^\(idempotent\|idempotency\)-replayed: true' "$1" && echo yes || echo no; }
 for cell in "${ORDER[@]}"; do
@@ -150,8 +153,11 @@ for cell in "${ORDER[@]}"; do
   saved=$COOKIE; start_cell "$cell"; COOKIE=$saved
   st=$(post "$W/r.h" "$key")
   crash="retry=$st/replayed:$(replayed "$W/r.h") handler_runs_after_restart=$(counter)"
+  # the same key again with another body (a client bug, or a key reused for another operation)
+  st=$(post "$W/m.h" "$key" '' '{"amount":900}')
+  other="status=$st/replayed:$(replayed "$W/m.h") handler_runs_after_restart=$(counter)"
   stop_cell
-  echo "cell=$cell concurrent: $concurrent; crash: $crash" | tee -a "$OUT/probes.txt" >&2
+  echo "cell=$cell concurrent: $concurrent; crash: $crash; other body: $other" | tee -a "$OUT/probes.txt" >&2
 done
 
 python3 - "$OUT/results.txt" "$OUT/probes.txt" "$(getconf CLK_TCK)" <<'PY' | tee "$OUT/summary.md"
