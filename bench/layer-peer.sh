@@ -34,9 +34,10 @@ QUIET_MAX=${QUIET_MAX:-30}
 command -v wrk >/dev/null || { apt-get update -qq; apt-get install -y -qq wrk; }
 command -v redis-server >/dev/null || { apt-get update -qq; apt-get install -y -qq redis-server; }
 log "build the bench servers and idemkey-pg (release, nice 10)"
-for p in idemkey axum-idempotent; do
-  (cd "bench/peer/$p" && nice -n 10 cargo build -q --release --locked)
-done
+# The idemkey bench's lock follows the workspace's dependencies (server/Cargo.toml), so it is not
+# --locked: a new server dependency is added to it here (commit the change). The peer's is pinned.
+(cd bench/peer/idemkey && nice -n 10 cargo build -q --release)
+(cd bench/peer/axum-idempotent && nice -n 10 cargo build -q --release --locked)
 nice -n 10 cargo build -q --release -p idemkey-testkit --bin idemkey-pg
 OURS=$T/peer-bench-idemkey THEIRS=$T/peer-bench-axum-idempotent PG=$T/idemkey-pg
 
