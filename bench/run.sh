@@ -16,13 +16,16 @@
 #      statement, the replay SELECT, the server's replay statement);
 #   6. optional extras (EXTRAS=1): server variants (RUST_LOG=warn, pool sizes), replays with the
 #      replay cache off, and a synchronous_commit=off probe, to show which resource binds;
-#   7. core microbenchmarks (criterion) and the wasm package size;
+#   7. optional (LAYER_PEER=1): bench/layer-peer.sh, the Layer and the in-transaction API against the
+#      same handler bare and behind axum-idempotent (its own cluster, Redis and servers);
+#      core microbenchmarks (criterion) and the wasm package size;
 #   8. bench/report.py: TSVs -> summary.md (tables, ratios) + chart.png.
 # Results: bench/results/<UTC stamp>/ (git-ignored). Stops its servers and its cluster at the end.
 #
 # Knobs: SERVER (a prebuilt binary), QUICK=1 (short runs, for trying the harness), DUR (15 s per cell), WARM (3), CONNS ("16 64"),
 # SYSTEMS ("node:1 node:2 idemkey-pg:1 idemkey-pg:2 idemkey-sqlite:1"), KINDS ("new replay"),
-# BURST_N (200), BURST_REPEAT (3), PGBENCH_PLAN, EXTRAS (1), MICRO (1), QUIET_MAX (90 s per cell),
+# BURST_N (200), BURST_REPEAT (3), PGBENCH_PLAN, EXTRAS (1), LAYER_PEER (1; its ROUNDS 3 x SECS 5 via
+# LAYER_PEER_ROUNDS, LAYER_PEER_SECS), MICRO (1), QUIET_MAX (90 s per cell),
 # NICE (0; -20 = cluster, servers, wrk, pgbench at high CPU priority on a box loaded by others),
 # W (/tmp/idemkey-bench), PGPORT (55449), BASE_PORT (38100), REBUILD_LAB (0), OUT.
 set -euo pipefail
@@ -36,10 +39,10 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
   DUR=${DUR:-4}; WARM=${WARM:-1}; BURST_N=${BURST_N:-50}; BURST_REPEAT=${BURST_REPEAT:-1}
-  QUIET_MAX=${QUIET_MAX:-6}; EXTRAS=${EXTRAS:-0}; MICRO_ARGS=(--warm-up-time 0.2 --measurement-time 0.5)
+  QUIET_MAX=${QUIET_MAX:-6}; EXTRAS=${EXTRAS:-0}; LAYER_PEER=${LAYER_PEER:-0}; MICRO_ARGS=(--warm-up-time 0.2 --measurement-time 0.5)
 else
   DUR=${DUR:-15}; WARM=${WARM:-3}; BURST_N=${BURST_N:-200}; BURST_REPEAT=${BURST_REPEAT:-3}
-  QUIET_MAX=${QUIET_MAX:-90}; EXTRAS=${EXTRAS:-1}; MICRO_ARGS=(--warm-up-time 1 --measurement-time 3)
+  QUIET_MAX=${QUIET_MAX:-90}; EXTRAS=${EXTRAS:-1}; LAYER_PEER=${LAYER_PEER:-1}; MICRO_ARGS=(--warm-up-time 1 --measurement-time 3)
 fi
 export QUIET_MAX
 CONNS=${CONNS:-"16 64"}
@@ -337,7 +340,13 @@ stop_all_procs
 { echo "pg_test_fsync after the measurements:"
   "$PGBIN/pg_test_fsync" -s 1 -f "$W/fsync.tmp" 2>/dev/null | grep -E '^\s+fdatasync' || true; rm -f "$W/fsync.tmp"; } >>"$OUT/machine.txt"
 
-# ---- 7. core microbenchmarks, wasm size ------------------------------------------------------------
+# ---- 7. Layer / in-transaction vs axum-idempotent, core microbenchmarks, wasm size ------------------
+if [ "$LAYER_PEER" = 1 ]; then
+  log "Layer and in_transaction vs bare and axum-idempotent (bench/layer-peer.sh)"
+  W=$W/layer-peer OUT=$OUT/layer-peer QUIET_MAX=$((QUIET_MAX < 30 ? QUIET_MAX : 30)) \
+    "$BENCH/layer-peer.sh" "${LAYER_PEER_ROUNDS:-3}" "${LAYER_PEER_SECS:-5}" >"$OUT/logs/layer-peer.log" 2>&1 \
+    || { log "layer-peer.sh failed:"; tail -5 "$OUT/logs/layer-peer.log" >&2; }
+fi
 if [ "$MICRO" = 1 ]; then
   log "core microbenchmarks (criterion)"
   (cd "$ROOT" && cargo bench -q -p idemkey-core --bench core -- "${MICRO_ARGS[@]}") >"$OUT/criterion.txt" 2>&1 || true
@@ -352,5 +361,9 @@ fi
 
 # ---- 8. report ---------------------------------------------------------------------------------------
 "$PY" "$BENCH/report.py" "$OUT" >"$OUT/summary.md"
+if [ -s "$OUT/layer-peer/summary.md" ]; then
+  { echo; echo "## Layer and in_transaction vs axum-idempotent (bench/layer-peer.sh, new key per request)"
+    echo; cat "$OUT/layer-peer/summary.md"; } >>"$OUT/summary.md"
+fi
 log "done: $OUT"
 cat "$OUT/summary.md"

@@ -23,7 +23,9 @@ function count(status, headers)
   elseif status == 422 then c422 = c422 + 1
   elseif status == 503 then c503 = c503 + 1
   else cother = cother + 1 end
-  if headers["idempotent-replayed"] == "true" or headers["Idempotent-Replayed"] == "true" then
+  -- idemkey's replay header, and axum-idempotent's (bench/layer-peer.sh)
+  if headers["idempotent-replayed"] == "true" or headers["Idempotent-Replayed"] == "true"
+    or headers["idempotency-replayed"] == "true" then
     creplayed = creplayed + 1
   end
 end

@@ -1,8 +1,12 @@
 -- wrk: POST /echo on `idemkey-server fixture` (the tower Layer in lease mode), every request a
--- fresh Idempotency-Key: one claim and one completion per request. Env: WRK_DIR (this folder).
+-- fresh Idempotency-Key: one claim and one completion per request. Env: WRK_DIR (this folder);
+-- COOKIE (optional, sent as the Cookie header: axum-idempotent stores only for a session, see
+-- bench/layer-peer.sh).
 dofile(os.getenv("WRK_DIR") .. "/common.lua")
 
 local headers = { ["Content-Type"] = "application/json" }
+local cookie = os.getenv("COOKIE")
+if cookie and cookie ~= "" then headers["Cookie"] = cookie end
 local r = math.random
 
 function init(args)
