@@ -160,3 +160,38 @@ async fn postgres_version_two_database_keeps_every_record() {
 async fn sqlite_version_two_database_keeps_every_record() {
     a_version_two_database_keeps_every_record(Backend::Sqlite).await;
 }
+
+/// The migration transaction is not bound by the request timeouts: a start
+/// that waits 3 s for another process's migration lock (longer than
+/// `--lock-timeout`, 2 s by default) still migrates, instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_waits_past_the_request_lock_timeout() {
+    // The server's migration lock key ("idemkey" + 1).
+    const MIGRATION_LOCK: i64 = 0x6964_656d_6b65_7901;
+    let env = Env::new(Backend::Postgres);
+    let held = {
+        let (cluster, db) = (env.cluster(), env.db.clone());
+        let sql = format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK}); SELECT pg_sleep(3); COMMIT;"
+        );
+        std::thread::scope(|scope| {
+            let holder = scope.spawn(|| cluster.psql(&db, &sql));
+            // Until the lock is visibly held, the migration would not wait.
+            let probe = format!(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                 AND ((classid::bigint << 32) | objid::bigint) = {MIGRATION_LOCK}"
+            );
+            let guard = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while env.sql(&probe) != "1" {
+                assert!(std::time::Instant::now() < guard, "the lock was never held");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let migrated = env.cli(&["migrate"]);
+            holder.join().expect("holder thread").expect("holder psql");
+            migrated
+        })
+    };
+    let (ok, _, err) = held;
+    assert!(ok, "migrate failed while waiting for the lock: {err}");
+    assert_ne!(env.sql("SELECT count(*) FROM schema_migrations"), "0");
+}

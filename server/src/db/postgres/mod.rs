@@ -57,6 +57,12 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
 ];
 
+/// The limits of the migration transaction, in place of the request
+/// timeouts (`--lock-timeout`, `--statement-timeout`): generous, but a start
+/// that waits on a stuck migration still ends.
+const MIGRATION_TIMEOUTS: &str =
+    "SET LOCAL lock_timeout = '15min'; SET LOCAL statement_timeout = '15min'";
+
 /// Key of the advisory lock that serialises migrations between processes.
 const MIGRATION_LOCK: i64 = 0x6964_656d_6b65_7901; // "idemkey" + 1
 
@@ -155,6 +161,11 @@ impl PgDb {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
+        // The request timeouts are not for migrations: a migration of a big
+        // table, or a process waiting for another one's, takes longer.
+        tx.batch_execute(MIGRATION_TIMEOUTS)
+            .await
+            .map_err(db_error)?;
         tx.execute_typed(
             "SELECT pg_advisory_xact_lock($1)",
             &[(&MIGRATION_LOCK, Type::INT8)],
