@@ -182,13 +182,21 @@ clippy_both() {
 }
 
 run_tests() {
+    local rc=0
     if cargo nextest --version >/dev/null 2>&1; then
-        cargo nextest run --workspace "${TEST_FEATURES[@]}" --no-fail-fast --no-tests=warn
+        cargo nextest run --workspace "${TEST_FEATURES[@]}" --no-fail-fast --no-tests=warn \
+            -E 'not package(idemkey-chaos)' || rc=$?
+        # The fault suite on its own: its scenarios time real processes
+        # (a 20 s answer is a hang), and the rest of the suite on the same
+        # cores is load they were not written for.
+        cargo nextest run --workspace "${TEST_FEATURES[@]}" --no-fail-fast --no-tests=warn \
+            -E 'package(idemkey-chaos)' || rc=$?
     else
-        cargo test --workspace "${TEST_FEATURES[@]}" --no-fail-fast --lib --bins --tests
+        cargo test --workspace "${TEST_FEATURES[@]}" --no-fail-fast --lib --bins --tests || rc=$?
     fi
     # nextest does not run doctests.
-    cargo test --workspace "${TEST_FEATURES[@]}" --doc
+    cargo test --workspace "${TEST_FEATURES[@]}" --doc || rc=$?
+    return "$rc"
 }
 
 build_docs() {
