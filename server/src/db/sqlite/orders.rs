@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::records::read_from_row;
 use super::transaction::run_in_savepoint;
-use super::{SqliteDb, sqlite_error};
+use super::{SqliteDb, SqliteRecords, sqlite_error};
 use crate::db::{AccountId, Authed, Order, OrderAnswer, OrderDraft, StoreError, TokenHash};
 use crate::idempotency::{self, Done, Outcome, Policy, Read, RecordKey, Scope};
 
@@ -36,17 +36,6 @@ fn account_of(conn: &Connection, token: TokenHash) -> Result<Option<AccountId>, 
             .map_err(|_| StoreError::Unavailable("account id is not a UUID".into()))
     })
     .transpose()
-}
-
-fn read_record(conn: &Connection, key: &RecordKey) -> Result<Read, StoreError> {
-    conn.prepare_cached(READ)
-        .and_then(|mut stmt| {
-            stmt.query_row(
-                params![key.scope.as_str(), key.operation.as_str(), key.key.as_str()],
-                read_from_row,
-            )
-        })
-        .map_err(sqlite_error)
 }
 
 /// One order in the batch's open transaction `tx`, in its own savepoint.
@@ -96,7 +85,7 @@ fn create_order_in(
         | Outcome::Rejected {
             decision: Decision::Reused,
             ..
-        } => Some((account, read_record(tx, &key)?)),
+        } => Some((account, SqliteRecords(tx).read_now(&key)?)),
         _ => None,
     };
     Ok(Authed::Ok(OrderAnswer { outcome, seen }))
