@@ -22,12 +22,14 @@ use super::{PoolStatus, StoreError};
 mod accounts;
 mod conninfo;
 mod orders;
+mod outbox;
 mod pooler;
 mod records;
 mod tls;
 mod transaction;
 
 pub(crate) use conninfo::is_key_value;
+pub use outbox::enqueue;
 pub use pooler::PgPooler;
 pub use records::PgRecords;
 pub use transaction::{run_in_transaction, set_lock_timeout};
@@ -55,6 +57,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "account_first_keys",
         include_str!("migrations/0005_account_first_keys.sql"),
     ),
+    (6, "payments", include_str!("migrations/0006_payments.sql")),
 ];
 
 /// The limits of the migration transaction, in place of the request

@@ -38,10 +38,12 @@ use super::{PoolStatus, StoreError};
 mod accounts;
 mod group_commit;
 mod orders;
+mod outbox;
 mod private_file;
 mod records;
 mod transaction;
 
+pub use orders::enqueue;
 pub use records::SqliteRecords;
 pub use transaction::run_in_transaction;
 
@@ -68,6 +70,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "account_first_keys",
         include_str!("migrations/0005_account_first_keys.sql"),
     ),
+    (6, "payments", include_str!("migrations/0006_payments.sql")),
 ];
 
 /// How long a call waits for the connection and another process's write

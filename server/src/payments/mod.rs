@@ -1,0 +1,2 @@
+//! TEMP (lead compile): replaced by provider12 merge
+pub mod client;
