@@ -159,6 +159,8 @@ macro_rules! each {
 
 mod accounts;
 pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
+mod charges;
+pub use charges::{CHARGES_NEED_SQL, Charge, ChargeWrite, NewCharge};
 
 impl Db {
     /// Opens the database a URL names and applies pending migrations:

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use super::{PoolStatus, StoreError};
 
 mod accounts;
+mod charges;
 mod conninfo;
 mod orders;
 mod pooler;
@@ -54,6 +55,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         5,
         "account_first_keys",
         include_str!("migrations/0005_account_first_keys.sql"),
+    ),
+    (
+        7,
+        "provider_charges",
+        include_str!("migrations/0007_provider_charges.sql"),
     ),
 ];
 

@@ -36,6 +36,7 @@ use tracing::{info, warn};
 use super::{PoolStatus, StoreError};
 
 mod accounts;
+mod charges;
 mod group_commit;
 mod orders;
 mod private_file;
@@ -67,6 +68,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         5,
         "account_first_keys",
         include_str!("migrations/0005_account_first_keys.sql"),
+    ),
+    (
+        7,
+        "provider_charges",
+        include_str!("migrations/0007_provider_charges.sql"),
     ),
 ];
 
