@@ -51,6 +51,7 @@ pub mod load_shed;
 pub mod maintenance;
 pub mod metrics;
 pub mod operator;
+pub mod payments;
 pub mod problems;
 pub mod replay_cache;
 pub mod request_id;

@@ -51,6 +51,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Fixture(args) => fixture::run(args).await,
         Command::Account(command) => admin::account(command).await,
         Command::Token(command) => admin::token(command).await,
+        Command::Provider(args) => idemkey_server::payments::provider::run(args).await,
     }
 }
 
