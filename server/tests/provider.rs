@@ -1,0 +1,349 @@
+//! The payment provider simulator (`idemkey-server provider`) as a real
+//! process on a real PostgreSQL database and a real SQLite file, spoken to
+//! over HTTP by hand and by [`ProviderClient`], whose classification of
+//! every outcome (charged, not found, declined, retry, uncertain) is checked
+//! against what the process really did.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, Env, Reply, Server, new_key};
+use idemkey_server::payments::client::{Attempt, ProviderClient};
+use idemkey_server::payments::provider::scope_of;
+use uuid::Uuid;
+
+const SECRET_A: &str = "provider-secret-a";
+const SECRET_B: &str = "provider-secret-b";
+
+/// A provider on `env`'s database knowing both secrets, with extra flags.
+fn provider(env: &Env, extra: &[&str]) -> Server {
+    let mut args = vec![
+        "--database-url",
+        env.url.as_str(),
+        "--token",
+        SECRET_A,
+        "--token",
+        SECRET_B,
+    ];
+    args.extend_from_slice(extra);
+    Server::provider(&args)
+}
+
+fn client(server: &Server, secret: &str) -> ProviderClient {
+    ProviderClient::new(&server.base, secret, Duration::from_secs(10)).expect("a client")
+}
+
+/// A key's characters (what the client takes) and its field value.
+fn key() -> String {
+    new_key().trim_matches('"').to_owned()
+}
+
+/// `POST /charges` by hand.
+async fn post(server: &Server, secret: &str, key: &str, amount: i64) -> Reply {
+    let body = serde_json::json!({
+        "order_id": Uuid::new_v4().to_string(),
+        "amount_cents": amount,
+        "currency": "EUR",
+    });
+    let response = server
+        .client
+        .post(format!("{}/charges", server.base))
+        .header("authorization", format!("Bearer {secret}"))
+        .header("idempotency-key", format!("\"{key}\""))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("send");
+    Reply::from(response).await
+}
+
+/// The ids of the caller's charges, from `GET /charges`.
+async fn charge_ids(server: &Server, secret: &str) -> Vec<String> {
+    let list = server.get(secret, "/charges").await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    list.json()["charges"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|c| c["id"].as_str().expect("an id").to_owned())
+        .collect()
+}
+
+fn charged(attempt: &Attempt) -> String {
+    match attempt {
+        Attempt::Charged { charge_id } => charge_id.clone(),
+        other => panic!("expected a charge, got {other:?}"),
+    }
+}
+
+async fn a_key_makes_one_charge_and_replays_it(backend: Backend) {
+    let env = Env::new(backend);
+    let server = provider(&env, &[]);
+    let a = client(&server, SECRET_A);
+    let (k, order) = (key(), Uuid::new_v4());
+    let first = charged(&a.charge(&k, order, 5980, "EUR").await);
+    assert!(first.starts_with("ch_"), "{first}");
+    assert_eq!(charged(&a.charge(&k, order, 5980, "EUR").await), first);
+    assert_eq!(charge_ids(&server, SECRET_A).await, [first.clone()]);
+    assert_eq!(env.count("provider_charges"), 1);
+    // The body of the charge says what was charged.
+    let found = server.get(SECRET_A, &format!("/charges/{k}")).await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    let json = found.json();
+    assert_eq!(
+        (
+            json["id"].as_str(),
+            json["idempotency_key"].as_str(),
+            json["order_id"].as_str(),
+            json["amount_cents"].as_i64(),
+            json["currency"].as_str(),
+        ),
+        (
+            Some(first.as_str()),
+            Some(k.as_str()),
+            Some(order.to_string().as_str()),
+            Some(5980),
+            Some("EUR"),
+        )
+    );
+    // Same key, another amount: the layer refuses it, nothing is charged.
+    post(&server, SECRET_A, &k, 1000)
+        .await
+        .assert_problem(422, "idempotency-key-reused");
+    assert_eq!(env.count("provider_charges"), 1);
+    // Lookup finds it; an unknown key is not found.
+    assert_eq!(charged(&a.lookup(&k).await), first);
+    assert_eq!(a.lookup(&key()).await, Attempt::NotFound);
+    server
+        .get(SECRET_A, &format!("/charges/{}", key()))
+        .await
+        .assert_problem(404, "not-found");
+}
+
+async fn each_secret_is_its_own_scope(backend: Backend) {
+    let env = Env::new(backend);
+    let server = provider(&env, &[]);
+    let (a, b) = (client(&server, SECRET_A), client(&server, SECRET_B));
+    let k = key();
+    let mine = charged(&a.charge(&k, Uuid::new_v4(), 5980, "EUR").await);
+    // B neither sees A's charge nor replays it: the same key is B's own.
+    assert_eq!(b.lookup(&k).await, Attempt::NotFound);
+    assert!(charge_ids(&server, SECRET_B).await.is_empty());
+    let theirs = charged(&b.charge(&k, Uuid::new_v4(), 1090, "EUR").await);
+    assert_ne!(theirs, mine);
+    assert_eq!(charge_ids(&server, SECRET_A).await, [mine]);
+    assert_eq!(charge_ids(&server, SECRET_B).await, [theirs]);
+    // Records and charges are kept under the secret's hash, never the secret.
+    let scopes = env.sql("SELECT DISTINCT scope FROM provider_charges ORDER BY scope");
+    let mut expected = [scope_of(SECRET_A), scope_of(SECRET_B)];
+    expected.sort();
+    assert_eq!(scopes, expected.join("\n"));
+    assert_eq!(
+        env.sql(&format!(
+            "SELECT count(*) FROM idempotency_records WHERE scope IN ('{SECRET_A}', '{SECRET_B}')"
+        )),
+        "0"
+    );
+    // An unknown or missing secret gets 401 on every route.
+    let lookup = format!("/charges/{k}");
+    for path in ["/charges", lookup.as_str()] {
+        server
+            .get("not-a-secret", path)
+            .await
+            .assert_problem(401, "unauthorized");
+    }
+    post(&server, "not-a-secret", &key(), 5980)
+        .await
+        .assert_problem(401, "unauthorized");
+    let anonymous = server
+        .client
+        .get(format!("{}/charges", server.base))
+        .send()
+        .await
+        .expect("send");
+    Reply::from(anonymous)
+        .await
+        .assert_problem(401, "unauthorized");
+    let stranger = client(&server, "not-a-secret");
+    match stranger.charge(&key(), Uuid::new_v4(), 5980, "EUR").await {
+        Attempt::Declined { reason } => assert!(reason.starts_with("unauthorized"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(env.count("provider_charges"), 2);
+}
+
+async fn a_declined_amount_stores_no_charge(backend: Backend) {
+    let env = Env::new(backend);
+    let server = provider(
+        &env,
+        &["--decline-amount", "402", "--decline-amount", "990"],
+    );
+    let a = client(&server, SECRET_A);
+    for amount in [402, 990] {
+        let (k, order) = (key(), Uuid::new_v4());
+        for _ in 0..2 {
+            match a.charge(&k, order, amount, "EUR").await {
+                Attempt::Declined { reason } => {
+                    assert!(reason.starts_with("payment-declined"), "{reason}");
+                }
+                other => panic!("expected a decline, got {other:?}"),
+            }
+        }
+        assert_eq!(a.lookup(&k).await, Attempt::NotFound);
+    }
+    let reply = post(&server, SECRET_A, &key(), 402).await;
+    reply.assert_problem(402, "payment-declined");
+    assert_eq!(env.count("provider_charges"), 0);
+    // Other amounts go through.
+    charged(&a.charge(&key(), Uuid::new_v4(), 5980, "EUR").await);
+    assert_eq!(env.count("provider_charges"), 1);
+}
+
+async fn a_failing_provider_answers_503_before_any_effect(backend: Backend) {
+    let env = Env::new(backend);
+    let server = provider(&env, &["--fail-rate", "1"]);
+    let k = key();
+    let reply = post(&server, SECRET_A, &k, 5980).await;
+    reply.assert_problem(503, "service-unavailable");
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    match client(&server, SECRET_A)
+        .charge(&k, Uuid::new_v4(), 5980, "EUR")
+        .await
+    {
+        Attempt::Retry { after, reason } => {
+            assert_eq!(after, Some(Duration::from_secs(1)));
+            assert!(reason.starts_with("service-unavailable"), "{reason}");
+        }
+        other => panic!("expected a retry, got {other:?}"),
+    }
+    // Lookups fail too; the list (for checks) does not.
+    assert!(matches!(
+        client(&server, SECRET_A).lookup(&k).await,
+        Attempt::Retry { .. }
+    ));
+    assert!(charge_ids(&server, SECRET_A).await.is_empty());
+    assert_eq!(env.count("provider_charges"), 0);
+    assert_eq!(env.count("idempotency_records"), 0);
+}
+
+async fn a_lost_response_is_uncertain_and_the_lookup_finds_one_charge(backend: Backend) {
+    let env = Env::new(backend);
+    let server = provider(&env, &["--lose-rate", "1"]);
+    let a = client(&server, SECRET_A);
+    let (k, order) = (key(), Uuid::new_v4());
+    for _ in 0..2 {
+        match a.charge(&k, order, 5980, "EUR").await {
+            Attempt::Uncertain { reason } => {
+                assert!(reason.starts_with("connection lost"), "{reason}");
+            }
+            other => panic!("expected an uncertain outcome, got {other:?}"),
+        }
+    }
+    let found = charged(&a.lookup(&k).await);
+    assert_eq!(charge_ids(&server, SECRET_A).await, [found]);
+    assert_eq!(env.count("provider_charges"), 1);
+    // A decline is not a charge: its answer is not lost.
+    assert!(matches!(
+        a.charge(&key(), order, 402, "EUR").await,
+        Attempt::Declined { .. }
+    ));
+}
+
+async fn a_restarted_provider_keeps_its_charges_and_replays(backend: Backend) {
+    let env = Env::new(backend);
+    let (k, order) = (key(), Uuid::new_v4());
+    let server = provider(&env, &[]);
+    let first = charged(
+        &client(&server, SECRET_A)
+            .charge(&k, order, 5980, "EUR")
+            .await,
+    );
+    assert!(server.terminate().success());
+    let server = provider(&env, &[]);
+    let a = client(&server, SECRET_A);
+    let reply = post(&server, SECRET_A, &k, 5980).await;
+    // A fresh order id is another payload under the same key.
+    reply.assert_problem(422, "idempotency-key-reused");
+    assert_eq!(charged(&a.charge(&k, order, 5980, "EUR").await), first);
+    assert_eq!(charged(&a.lookup(&k).await), first);
+    assert_eq!(charge_ids(&server, SECRET_A).await, [first]);
+}
+
+async fn a_slow_provider_is_uncertain_and_a_closed_port_is_a_retry(backend: Backend) {
+    let env = Env::new(backend);
+    let server = provider(&env, &["--latency-ms", "2000"]);
+    let impatient =
+        ProviderClient::new(&server.base, SECRET_A, Duration::from_millis(300)).expect("client");
+    let k = key();
+    match impatient.charge(&k, Uuid::new_v4(), 5980, "EUR").await {
+        Attempt::Uncertain { reason } => {
+            assert!(reason.starts_with("no answer in time"), "{reason}")
+        }
+        other => panic!("expected an uncertain outcome, got {other:?}"),
+    }
+    // The latency comes before any effect: the lookup settles it.
+    assert_eq!(
+        client(&server, SECRET_A).lookup(&k).await,
+        Attempt::NotFound
+    );
+    // Nothing listens on a port just released: nothing was sent.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let closed = ProviderClient::new(
+        &format!("http://127.0.0.1:{port}"),
+        SECRET_A,
+        Duration::from_secs(5),
+    )
+    .expect("client");
+    for attempt in [
+        closed.charge(&k, Uuid::new_v4(), 5980, "EUR").await,
+        closed.lookup(&k).await,
+    ] {
+        match attempt {
+            Attempt::Retry {
+                after: None,
+                reason,
+            } => {
+                assert!(reason.starts_with("cannot connect"), "{reason}");
+                assert!(!reason.contains(SECRET_A));
+            }
+            other => panic!("expected a retry, got {other:?}"),
+        }
+    }
+    assert_eq!(env.count("provider_charges"), 0);
+}
+
+on_each_backend!(
+    a_key_makes_one_charge_and_replays_it,
+    each_secret_is_its_own_scope,
+    a_declined_amount_stores_no_charge,
+    a_failing_provider_answers_503_before_any_effect,
+    a_lost_response_is_uncertain_and_the_lookup_finds_one_charge,
+    a_restarted_provider_keeps_its_charges_and_replays,
+    a_slow_provider_is_uncertain_and_a_closed_port_is_a_retry,
+);
+
+/// The provider refuses to start without a secret or with a rate outside
+/// 0 to 1.
+#[test]
+fn the_provider_refuses_bad_settings() {
+    let no_secret = common::refused_at_start(
+        &[
+            "provider",
+            "--bind",
+            "127.0.0.1:0",
+            "--database-url",
+            "sqlite:///tmp/x.db",
+        ],
+        &[],
+    );
+    assert!(no_secret.contains("--token"), "{no_secret}");
+    let bad_rate =
+        common::refused_at_start(&["provider", "--token", "t", "--fail-rate", "1.5"], &[]);
+    assert!(bad_rate.contains("from 0 to 1"), "{bad_rate}");
+}
