@@ -10,6 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Backend, Env, Reply, Server, new_key};
+use idemkey_server::db::{ChargeWrite, Db, NewCharge, PgSettings};
 use idemkey_server::payments::client::{Attempt, ProviderClient};
 use idemkey_server::payments::provider::scope_of;
 use uuid::Uuid;
@@ -87,7 +88,10 @@ async fn a_key_makes_one_charge_and_replays_it(backend: Backend) {
     let first = charged(&a.charge(&k, order, 5980, "EUR").await);
     assert!(first.starts_with("ch_"), "{first}");
     assert_eq!(charged(&a.charge(&k, order, 5980, "EUR").await), first);
-    assert_eq!(charge_ids(&server, SECRET_A).await, std::slice::from_ref(&first));
+    assert_eq!(
+        charge_ids(&server, SECRET_A).await,
+        std::slice::from_ref(&first)
+    );
     assert_eq!(env.count("provider_charges"), 1);
     // The body of the charge says what was charged.
     let found = server.get(SECRET_A, &format!("/charges/{k}")).await;
@@ -113,6 +117,26 @@ async fn a_key_makes_one_charge_and_replays_it(backend: Backend) {
     post(&server, SECRET_A, &k, 1000)
         .await
         .assert_problem(422, "idempotency-key-reused");
+    assert_eq!(env.count("provider_charges"), 1);
+    match a.charge(&k, order, 1000, "EUR").await {
+        Attempt::Declined { reason } => {
+            assert!(reason.starts_with("idempotency-key-reused"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // No key, no charge.
+    let keyless = server
+        .client
+        .post(format!("{}/charges", server.base))
+        .header("authorization", format!("Bearer {SECRET_A}"))
+        .header("content-type", "application/json")
+        .body(r#"{"order_id":"8e03978e-40d5-43e8-bc93-6894a57f9324","amount_cents":1,"currency":"EUR"}"#)
+        .send()
+        .await
+        .expect("send");
+    Reply::from(keyless)
+        .await
+        .assert_problem(400, "idempotency-key-missing");
     assert_eq!(env.count("provider_charges"), 1);
     // Lookup finds it; an unknown key is not found.
     assert_eq!(charged(&a.lookup(&k).await), first);
@@ -318,7 +342,111 @@ async fn a_slow_provider_is_uncertain_and_a_closed_port_is_a_retry(backend: Back
     assert_eq!(env.count("provider_charges"), 0);
 }
 
+/// Concurrent writes of one key's charge (a request the layer runs again
+/// while its first run is still going) make one charge: the unique
+/// constraint decides, and every writer gets that charge back.
+async fn concurrent_writes_of_one_key_make_one_charge(backend: Backend) {
+    let env = Env::new(backend);
+    let db = Db::open(&env.url, &PgSettings::default())
+        .await
+        .expect("open");
+    let charge = NewCharge {
+        scope: scope_of(SECRET_A),
+        idempotency_key: key(),
+        order_id: Uuid::new_v4(),
+        amount_cents: 5980,
+        currency: "EUR".into(),
+    };
+    let writers: Vec<_> = (0..8)
+        .map(|_| {
+            let (db, charge) = (db.clone(), charge.clone());
+            tokio::spawn(async move { db.insert_charge(&charge).await.expect("insert") })
+        })
+        .collect();
+    let mut created = Vec::new();
+    let mut existing = Vec::new();
+    for writer in writers {
+        match writer.await.expect("join") {
+            ChargeWrite::Created(c) => created.push(c),
+            ChargeWrite::Existing(c) => existing.push(c),
+        }
+    }
+    assert_eq!(created.len(), 1, "{created:?}");
+    assert!(existing.iter().all(|c| *c == created[0]), "{existing:?}");
+    assert_eq!(
+        db.charges(&charge.scope).await.expect("list"),
+        [created[0].clone()]
+    );
+    assert_eq!(
+        db.charge(&charge.scope, &charge.idempotency_key)
+            .await
+            .expect("lookup"),
+        Some(created[0].clone())
+    );
+    assert_eq!(
+        db.charge(&scope_of(SECRET_B), &charge.idempotency_key)
+            .await
+            .expect("lookup"),
+        None
+    );
+    db.close();
+}
+
+/// PostgreSQL: an insert that waited for another transaction's insert of
+/// the same key, which then committed, neither inserts nor sees that row in
+/// its snapshot; it runs again and returns the committed charge.
+async fn a_charge_committed_while_the_insert_waits_is_returned(backend: Backend) {
+    let env = Env::new(backend);
+    let db = Db::open(&env.url, &PgSettings::default())
+        .await
+        .expect("open");
+    let charge = NewCharge {
+        scope: scope_of(SECRET_A),
+        idempotency_key: key(),
+        order_id: Uuid::new_v4(),
+        amount_cents: 5980,
+        currency: "EUR".into(),
+    };
+    let (mut other, connection) = tokio_postgres::connect(&env.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(connection);
+    let tx = other.transaction().await.expect("begin");
+    let theirs = Uuid::new_v4();
+    tx.execute(
+        "INSERT INTO provider_charges (id, scope, idempotency_key, order_id, amount_cents, currency) \
+         VALUES ($1, $2, $3, $4, 5980, 'EUR')",
+        &[&theirs, &charge.scope, &charge.idempotency_key, &charge.order_id],
+    )
+    .await
+    .expect("their insert");
+    let writer = {
+        let (db, charge) = (db.clone(), charge.clone());
+        tokio::spawn(async move { db.insert_charge(&charge).await })
+    };
+    common::eventually("the insert waits for the lock", async || {
+        env.sql(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock' \
+               AND query LIKE '%provider_charges%'",
+        ) == "1"
+    })
+    .await;
+    tx.commit().await.expect("commit");
+    match writer.await.expect("join").expect("insert") {
+        ChargeWrite::Existing(found) => assert_eq!(found.id, theirs),
+        other => panic!("expected their charge, got {other:?}"),
+    }
+    assert_eq!(env.count("provider_charges"), 1);
+    drop(other);
+    let _ = task.await;
+    db.close();
+}
+
+on_postgres!(a_charge_committed_while_the_insert_waits_is_returned);
+
 on_each_backend!(
+    concurrent_writes_of_one_key_make_one_charge,
     a_key_makes_one_charge_and_replays_it,
     each_secret_is_its_own_scope,
     a_declined_amount_stores_no_charge,
