@@ -9,7 +9,9 @@
 //! [`RetryPolicy`]. It also owns what the adapters would otherwise each
 //! copy: the generic HTTP fingerprint ([`Fingerprint::of_http`]), which
 //! response headers a replay repeats ([`is_replayed_header`]) and the states
-//! the lookup endpoint reports ([`LookupState`]). It does no IO, no async, reads no clock and draws no
+//! the lookup endpoint reports ([`LookupState`]), the seed [`CATALOGUE`],
+//! and the key an effect outside the transaction is sent with
+//! ([`downstream_key`]). It does no IO, no async, reads no clock and draws no
 //! random numbers: time ([`UnixMillis`]) and randomness are arguments. The
 //! server, the edge Worker and the browser package all call it, so they
 //! never disagree.
@@ -40,25 +42,31 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod catalogue;
 mod decision;
+mod downstream;
 mod fingerprint;
 mod key;
 mod lookup;
 mod operation;
 mod order;
+mod order_problems;
 mod problem;
 mod replay;
 mod request;
 mod retry;
 mod unknown;
 
+pub use catalogue::{CATALOGUE, CURRENCY, unit_price};
 pub use decision::{Decision, ExpiryPolicy, Stored, UnixMillis, decide, retry_after_secs};
+pub use downstream::{DOWNSTREAM_KEY_DOMAIN, DownstreamKey, downstream_key};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, canonical_json};
 pub use key::{IdempotencyKey, KeyError, KeyProfile, MAX_KEY_LEN, UnknownProfile};
 pub use lookup::LookupState;
 pub use operation::{InvalidOperation, MAX_OPERATION_LEN, OperationId};
 pub use order::{
-    MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, QUANTITY_RANGE, SKU_MAX_LEN, SKU_PATTERN,
+    MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, QUANTITY_RANGE, REFERENCE_MAX_LEN,
+    REFERENCE_PATTERN, SKU_MAX_LEN, SKU_PATTERN,
 };
 pub use problem::{
     FieldError, PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_PREFIX, ParsedProblem, Problem, ProblemCode,

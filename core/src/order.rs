@@ -26,14 +26,32 @@ pub const SKU_MAX_LEN: usize = 32;
 /// against the validation below.
 pub const SKU_PATTERN: &str = "^[A-Z0-9-]{1,32}$";
 
+/// Longest purchase `reference`, in characters.
+pub const REFERENCE_MAX_LEN: usize = 64;
+
+/// The `reference` rule as an anchored ECMA-262 regex (also valid for
+/// Rust's `regex` and Python's `re`), for the published contract: 1 to
+/// [`REFERENCE_MAX_LEN`] characters of `A-Z`, `a-z`, `0-9`, `.`, `_` and
+/// `-`, so a purchase-order number from another system fits unchanged. A
+/// test checks it against the validation below.
+pub const REFERENCE_PATTERN: &str = "^[A-Za-z0-9._-]{1,64}$";
+
 /// A validated order request: exactly `{"sku": string matching
-/// ^[A-Z0-9-]{1,32}$, "quantity": integer 1..=20}`, no other members.
+/// ^[A-Z0-9-]{1,32}$, "quantity": integer 1..=20}` and optionally
+/// `"reference": string matching ^[A-Za-z0-9._-]{1,64}$`, no other members.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewOrder {
     /// Stock-keeping unit, 1 to 32 characters of `A-Z`, `0-9` and `-`.
     pub sku: String,
     /// How many, 1 to 20.
     pub quantity: u8,
+    /// The caller's own purchase reference (1 to 64 characters of `A-Z`,
+    /// `a-z`, `0-9`, `.`, `_`, `-`), unique per account for ever: the
+    /// business identity that outlives the key's replay window. Part of the
+    /// fingerprint when present; absent, the fingerprint is the one orders
+    /// had before references existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
 }
 
 fn is_valid_sku(sku: &str) -> bool {
@@ -41,6 +59,13 @@ fn is_valid_sku(sku: &str) -> bool {
         && sku
             .bytes()
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-')
+}
+
+fn is_valid_reference(reference: &str) -> bool {
+    (1..=REFERENCE_MAX_LEN).contains(&reference.len())
+        && reference
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// RFC 6901, section 3: `~` is written `~0` and `/` is written `~1`.
@@ -126,9 +151,24 @@ impl NewOrder {
                 None
             }
         };
+        let reference = match members.get("reference") {
+            None => None,
+            Some(Value::String(s)) if is_valid_reference(s) => Some(s.clone()),
+            Some(Value::String(_)) => {
+                errors.push(FieldError::new(
+                    "/reference",
+                    "must be 1 to 64 characters from A-Z, a-z, 0-9, '.', '_' and '-'",
+                ));
+                None
+            }
+            Some(_) => {
+                errors.push(FieldError::new("/reference", "must be a string"));
+                None
+            }
+        };
         let mut unknown: Vec<&String> = members
             .keys()
-            .filter(|k| *k != "sku" && *k != "quantity")
+            .filter(|k| !matches!(k.as_str(), "sku" | "quantity" | "reference"))
             .collect();
         unknown.sort_unstable();
         errors.extend(
@@ -147,16 +187,25 @@ impl NewOrder {
                 .map(|name| FieldError::new(pointer_to(name), "must appear only once")),
         );
         match (sku, quantity) {
-            (Some(sku), Some(quantity)) if errors.is_empty() => Ok(Self { sku, quantity }),
+            (Some(sku), Some(quantity)) if errors.is_empty() => Ok(Self {
+                sku,
+                quantity,
+                reference,
+            }),
             _ => Err(invalid(errors)),
         }
     }
 
-    /// The fingerprint of this order under [`ORDER_OPERATION`].
+    /// The fingerprint of this order under [`ORDER_OPERATION`]: of the
+    /// validated members, so `reference` counts only when it was sent (an
+    /// order without one keeps the fingerprint it always had).
     pub fn fingerprint(&self) -> Fingerprint {
         let mut members = Map::new();
         members.insert("quantity".to_owned(), Value::from(self.quantity));
         members.insert("sku".to_owned(), Value::from(self.sku.as_str()));
+        if let Some(reference) = &self.reference {
+            members.insert("reference".to_owned(), Value::from(reference.as_str()));
+        }
         Fingerprint::of_value(&ORDER_OPERATION, &Value::Object(members))
     }
 }
@@ -204,7 +253,7 @@ fn top_level_names(text: &[u8]) -> Vec<String> {
     names
 }
 
-fn invalid(errors: Vec<FieldError>) -> Problem {
+pub(crate) fn invalid(errors: Vec<FieldError>) -> Problem {
     Problem::new(
         ProblemCode::RequestInvalid,
         "The request body does not match the contract of POST /orders.",
@@ -233,14 +282,22 @@ mod tests {
 
     #[test]
     fn fingerprint_matches_generic_path() {
-        let order = NewOrder {
+        let mut order = NewOrder {
             sku: "LIBRO-TS".into(),
             quantity: 2,
+            reference: None,
         };
         assert_eq!(
             order.fingerprint(),
             Fingerprint::of(&ORDER_OPERATION, &order).unwrap()
         );
+        let without = order.fingerprint();
+        order.reference = Some("PO-1001".into());
+        assert_eq!(
+            order.fingerprint(),
+            Fingerprint::of(&ORDER_OPERATION, &order).unwrap()
+        );
+        assert_ne!(order.fingerprint(), without);
     }
 
     #[test]

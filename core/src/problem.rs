@@ -56,11 +56,17 @@ pub enum ProblemCode {
     /// 503: the database failed or a commit's outcome is unknown; retry with
     /// the same key.
     ServiceUnavailable,
+    /// 409: the account already has an order with this purchase `reference`
+    /// (under another key); the problem's `order` member names it.
+    OrderReferenceExists,
+    /// 402: the payment provider declined the charge; sending it again
+    /// changes nothing.
+    PaymentDeclined,
 }
 
 impl ProblemCode {
     /// Every code, in documentation order.
-    pub const ALL: [ProblemCode; 13] = [
+    pub const ALL: [ProblemCode; 15] = [
         Self::IdempotencyKeyMissing,
         Self::IdempotencyKeyInvalid,
         Self::IdempotencyKeyReused,
@@ -74,6 +80,8 @@ impl ProblemCode {
         Self::NotFound,
         Self::MethodNotAllowed,
         Self::ServiceUnavailable,
+        Self::OrderReferenceExists,
+        Self::PaymentDeclined,
     ];
 
     /// The stable kebab-case code, e.g. `idempotency-key-reused`.
@@ -92,6 +100,8 @@ impl ProblemCode {
             Self::NotFound => "not-found",
             Self::MethodNotAllowed => "method-not-allowed",
             Self::ServiceUnavailable => "service-unavailable",
+            Self::OrderReferenceExists => "order-reference-exists",
+            Self::PaymentDeclined => "payment-declined",
         }
     }
 
@@ -105,10 +115,11 @@ impl ProblemCode {
         match self {
             Self::IdempotencyKeyMissing | Self::IdempotencyKeyInvalid | Self::RequestInvalid => 400,
             Self::Unauthorized => 401,
+            Self::PaymentDeclined => 402,
             Self::CrossSiteRequest => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
-            Self::IdempotencyRequestInProgress => 409,
+            Self::IdempotencyRequestInProgress | Self::OrderReferenceExists => 409,
             Self::IdempotencyKeyExpired => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
@@ -136,6 +147,8 @@ impl ProblemCode {
             Self::NotFound => "Not found",
             Self::MethodNotAllowed => "Method not allowed",
             Self::ServiceUnavailable => "Service unavailable",
+            Self::OrderReferenceExists => "An order with this reference exists",
+            Self::PaymentDeclined => "Payment declined",
         }
     }
 
@@ -182,13 +195,15 @@ impl FieldError {
 /// An RFC 9457 problem: what went wrong, in a form both people and programs read.
 ///
 /// Serialises with members in a fixed order: `type`, `title`, `status`,
-/// `detail`, `code`, then `retry_after`, `lookup` and `errors` when present.
+/// `detail`, `code`, then `retry_after`, `lookup`, `order` and `errors` when
+/// present.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     code: ProblemCode,
     detail: String,
     retry_after: Option<u64>,
     lookup: Option<String>,
+    order: Option<String>,
     errors: Vec<FieldError>,
 }
 
@@ -205,6 +220,8 @@ struct Wire<'a> {
     retry_after: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lookup: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order: Option<&'a str>,
     #[serde(skip_serializing_if = "<[FieldError]>::is_empty")]
     errors: &'a [FieldError],
 }
@@ -233,6 +250,10 @@ pub struct ParsedProblem {
     /// Where to look the operation up, when the problem says so.
     #[serde(default)]
     pub lookup: Option<String>,
+    /// The id of the existing order an `order-reference-exists` problem
+    /// names.
+    #[serde(default)]
+    pub order: Option<String>,
     /// Field errors of a `request-invalid` problem.
     #[serde(default)]
     pub errors: Vec<FieldError>,
@@ -246,6 +267,7 @@ impl Problem {
             detail: detail.into(),
             retry_after: None,
             lookup: None,
+            order: None,
             errors: Vec::new(),
         }
     }
@@ -262,6 +284,14 @@ impl Problem {
     #[must_use]
     pub fn with_lookup(mut self, lookup: impl Into<String>) -> Self {
         self.lookup = Some(lookup.into());
+        self
+    }
+
+    /// Attaches the id of the order a conflict is about (the `order`
+    /// member of `order-reference-exists`).
+    #[must_use]
+    pub(crate) fn with_order(mut self, order: String) -> Self {
+        self.order = Some(order);
         self
     }
 
@@ -385,6 +415,11 @@ impl Problem {
         self.lookup.as_deref()
     }
 
+    /// The existing order an `order-reference-exists` problem names, if any.
+    pub fn order(&self) -> Option<&str> {
+        self.order.as_deref()
+    }
+
     /// Field errors, if any.
     pub fn errors(&self) -> &[FieldError] {
         &self.errors
@@ -400,6 +435,7 @@ impl Problem {
             code: self.code.as_str(),
             retry_after: self.retry_after,
             lookup: self.lookup.as_deref(),
+            order: self.order.as_deref(),
             errors: &self.errors,
         };
         // Serialising a struct of strings, integers and a Vec of string pairs

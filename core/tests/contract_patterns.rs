@@ -1,11 +1,14 @@
 //! The regexes the published contract (`/openapi.json`) is built from say
 //! exactly what the parsers accept: [`KeyProfile::field_value_pattern`]
 //! against [`IdempotencyKey::parse`], and [`SKU_PATTERN`] against
-//! [`NewOrder::from_json`]. Values are drawn from the patterns themselves
+//! [`NewOrder::from_json`], and [`REFERENCE_PATTERN`] likewise. Values are drawn from the patterns themselves
 //! (each must parse), then mutated one character at a time and mixed with
 //! random text (pattern and parser must agree on each).
 
-use idemkey_core::{IdempotencyKey, KeyProfile, MAX_KEY_LEN, NewOrder, SKU_MAX_LEN, SKU_PATTERN};
+use idemkey_core::{
+    IdempotencyKey, KeyProfile, MAX_KEY_LEN, NewOrder, REFERENCE_MAX_LEN, REFERENCE_PATTERN,
+    SKU_MAX_LEN, SKU_PATTERN,
+};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use regex::Regex;
@@ -198,4 +201,34 @@ fn sku_pattern_holds_the_length_limit() {
     let over = "A".repeat(SKU_MAX_LEN + 1);
     assert!(re.is_match(&at) && sku_accepted(&at));
     assert!(!re.is_match(&over) && !sku_accepted(&over));
+}
+
+fn reference_accepted(reference: &str) -> bool {
+    let body = serde_json::json!({ "sku": "A", "quantity": 1, "reference": reference });
+    NewOrder::from_json(body.to_string().as_bytes()).is_ok()
+}
+
+proptest! {
+    #[test]
+    fn reference_pattern_is_the_validation(
+        value in proptest::string::string_regex(unanchored(REFERENCE_PATTERN)).unwrap(),
+        edits in proptest::collection::vec(edit(), 0..3),
+        noise in "[A-Za-z0-9._ /~-]{0,70}",
+    ) {
+        let re = Regex::new(REFERENCE_PATTERN).unwrap();
+        prop_assert!(reference_accepted(&value), "{:?}", value);
+        for candidate in [apply(&value, &edits), noise] {
+            prop_assert_eq!(re.is_match(&candidate), reference_accepted(&candidate), "{:?}", candidate);
+        }
+    }
+}
+
+#[test]
+fn reference_pattern_holds_the_length_limit() {
+    let re = Regex::new(REFERENCE_PATTERN).unwrap();
+    let at = "r".repeat(REFERENCE_MAX_LEN);
+    let over = "r".repeat(REFERENCE_MAX_LEN + 1);
+    assert!(re.is_match(&at) && reference_accepted(&at));
+    assert!(!re.is_match(&over) && !reference_accepted(&over));
+    assert!(!re.is_match("") && !reference_accepted(""));
 }

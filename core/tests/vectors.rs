@@ -5,8 +5,9 @@ use std::path::Path;
 
 use idemkey_core::{
     AttemptOutcome, DEFAULT_REPLAY_HEADERS, Decision, ExpiryPolicy, Fingerprint, IdempotencyKey,
-    KeyProfile, LookupState, NEVER_REPLAYED_HEADERS, NewOrder, OperationId, Problem, ProblemCode,
-    RetryPolicy, RetryStep, Stored, UnixMillis, canonical_json, decide, is_replayed_header,
+    KeyProfile, LookupState, NEVER_REPLAYED_HEADERS, NewOrder, ORDER_OPERATION, OperationId,
+    Problem, ProblemCode, RetryPolicy, RetryStep, Stored, UnixMillis, canonical_json, decide,
+    downstream_key, is_replayed_header,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -283,6 +284,11 @@ fn problem_vectors() {
             "payload_too_large" => Problem::payload_too_large(
                 usize::try_from(entry["limit"].as_u64().unwrap()).unwrap(),
             ),
+            "sku_not_in_catalogue" => Problem::sku_not_in_catalogue(),
+            "order_reference_exists" => {
+                Problem::order_reference_exists(str_of(entry, "order").parse().unwrap())
+            }
+            "payment_declined" => Problem::payment_declined(str_of(entry, "reason")),
             other => panic!("unknown constructor {other}"),
         };
         assert_eq!(problem.to_json(), str_of(entry, "body"), "{name}");
@@ -307,6 +313,25 @@ fn order_vectors() {
                 assert_eq!(
                     u64::from(order.quantity),
                     want["quantity"].as_u64().unwrap()
+                );
+                assert_eq!(
+                    order.reference.as_deref(),
+                    want["reference"].as_str(),
+                    "{name}"
+                );
+                // The whole order as the vectors write it (the edge's
+                // self-test sends exactly this), and its fingerprint.
+                assert_eq!(&serde_json::to_value(&order).unwrap(), want, "{name}");
+                assert_eq!(
+                    order.fingerprint().to_hex(),
+                    str_of(case, "fingerprint"),
+                    "{name}"
+                );
+                let body = Fingerprint::of_json(&ORDER_OPERATION, str_of(case, "body")).unwrap();
+                assert_eq!(
+                    order.fingerprint(),
+                    body,
+                    "{name}: the body's own fingerprint"
                 );
             }
             (Err(problem), Value::Null, Value::String(body)) => {
@@ -468,4 +493,33 @@ fn http_fingerprints_equal_where_the_contract_says() {
     for (a, b) in differ {
         assert_ne!(hex(a), hex(b), "{a} / {b}");
     }
+}
+
+#[test]
+fn downstream_key_vectors() {
+    let doc = load("downstream_keys.json");
+    assert_eq!(doc["domain"], idemkey_core::DOWNSTREAM_KEY_DOMAIN);
+    let mut seen = std::collections::BTreeSet::new();
+    for case in counted(&doc) {
+        let name = str_of(case, "name");
+        let profile: KeyProfile = str_of(case, "profile").parse().unwrap();
+        let key = IdempotencyKey::parse(str_of(case, "key_header").as_bytes(), profile).unwrap();
+        assert_eq!(key.as_str(), str_of(case, "key"), "{name}: parsed key");
+        let op = OperationId::new(str_of(case, "operation")).unwrap();
+        let derived = downstream_key(str_of(case, "scope"), &op, &key, str_of(case, "effect"));
+        assert_eq!(derived.to_string(), str_of(case, "uuid"), "{name}");
+        assert_eq!(derived.as_str(), str_of(case, "uuid"), "{name}");
+        // The UUID is the digest's first 16 bytes with version and variant set.
+        let digest = str_of(case, "sha256");
+        let mut hex = derived.as_uuid().simple().to_string();
+        assert_eq!(hex.remove(12), '8', "{name}: version 8");
+        assert!("89ab".contains(hex.remove(15)), "{name}: RFC 9562 variant");
+        let (mut plain, digest) = (digest[..32].to_owned(), &digest[..32]);
+        plain.remove(12);
+        plain.remove(15);
+        assert_eq!(hex, plain, "{name}: the digest's other bits ({digest})");
+        seen.insert(derived);
+    }
+    // Three spellings of one key give one result; every other case differs.
+    assert_eq!(seen.len(), counted(&doc).len() - 2);
 }

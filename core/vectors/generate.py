@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the shared test vectors of idemkey (keys, fingerprints, decisions,
 retry steps, problems, order bodies, lookup states, replayed headers, HTTP
-fingerprints) as JSON files beside this script.
+fingerprints, derived downstream keys) as JSON files beside this script
+(the downstream keys' generator is downstream.py).
 
 This is a second, independent statement of the contract: the expected values
 below are written by hand (or computed here with Python's own json and
@@ -18,6 +19,9 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the vectors
+from downstream import DOMAIN as DOWNSTREAM_DOMAIN, downstream_cases  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ARTICLE_KEY = "8e03978e-40d5-43e8-bc93-6894a57f9324"
@@ -497,10 +501,12 @@ TITLES = {
     "not-found": (404, "Not found"),
     "method-not-allowed": (405, "Method not allowed"),
     "service-unavailable": (503, "Service unavailable"),
+    "order-reference-exists": (409, "An order with this reference exists"),
+    "payment-declined": (402, "Payment declined"),
 }
 
 
-def problem_body(code, detail, retry_after=None, lookup=None, errors=None):
+def problem_body(code, detail, retry_after=None, lookup=None, errors=None, order=None):
     status, title = TITLES[code]
     body = {"type": f"/problems/{code}", "title": title, "status": status, "detail": detail,
             "code": code}
@@ -508,6 +514,8 @@ def problem_body(code, detail, retry_after=None, lookup=None, errors=None):
         body["retry_after"] = retry_after
     if lookup is not None:
         body["lookup"] = lookup
+    if order is not None:
+        body["order"] = order
     if errors:
         body["errors"] = [{"pointer": p, "detail": d} for p, d in errors]
     # Member order is part of the contract: dicts keep insertion order.
@@ -527,7 +535,11 @@ DETAILS = {
     "missing": "This operation requires an Idempotency-Key header.",
     "invalid_syntax": "The Idempotency-Key must be a structured-field string, e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\".",
     "order_invalid": "The request body does not match the contract of POST /orders.",
+    "reference_exists": "This account already has an order with this reference; its id is in the order member. Nothing was created: look that order up instead of sending the reference again.",
 }
+
+EXISTING_ORDER = "3f2b8c1d-6e4a-4f0b-9c7d-2a1e5b8f9d03"
+PLAIN = [["content-type", "application/problem+json"], ["cache-control", "no-store"]]
 
 
 def problem_cases():
@@ -566,11 +578,45 @@ def problem_cases():
             {"name": "payload too large, 8 KiB", "ctor": "payload_too_large", "limit": 8192,
              "body": problem_body("payload-too-large", DETAILS["too_large"]),
              "headers": [["content-type", "application/problem+json"], ["cache-control", "no-store"]]},
+            {"name": "sku not in the catalogue", "ctor": "sku_not_in_catalogue",
+             "body": problem_body("request-invalid", DETAILS["order_invalid"],
+                                  errors=[("/sku", "is not in the catalogue")]),
+             "headers": PLAIN},
+            {"name": "order reference exists, naming the order", "ctor": "order_reference_exists",
+             "order": EXISTING_ORDER,
+             "body": problem_body("order-reference-exists", DETAILS["reference_exists"],
+                                  order=EXISTING_ORDER),
+             "headers": PLAIN},
+            {"name": "payment declined with its reason", "ctor": "payment_declined",
+             "reason": "amounts of 402 cents are declined",
+             "body": problem_body("payment-declined",
+                                  "The charge was declined: amounts of 402 cents are declined"),
+             "headers": PLAIN},
         ],
     }
 
 
+ORDER_FINGERPRINT_OP = "POST /orders:v1"
+
+
+def with_fingerprint(case):
+    # A valid order's fingerprint is that of its validated members (the
+    # canonical [1, operation, order]); an order without a reference keeps
+    # the fingerprint orders had before references existed.
+    if "ok" in case:
+        canon = canonical([1, ORDER_FINGERPRINT_OP, case["ok"]])
+        case["fingerprint"] = hashlib.sha256(canon.encode("utf-8")).hexdigest()
+    return case
+
+
+REF_RULE = "must be 1 to 64 characters from A-Z, a-z, 0-9, '.', '_' and '-'"
+
+
 def order_cases():
+    return [with_fingerprint(c) for c in order_case_list()]
+
+
+def order_case_list():
     inv = lambda *errors: problem_body("request-invalid", DETAILS["order_invalid"],  # noqa: E731
                                        errors=list(errors))
     return [
@@ -603,6 +649,36 @@ def order_cases():
          "problem": inv(("/sku", "is required"), ("/quantity", "is required"))},
         {"name": "array instead of object", "body": "[]",
          "problem": inv(("", "must be a JSON object"))},
+        {"name": "with a purchase reference",
+         "body": '{"sku":"LIBRO-TS","quantity":2,"reference":"PO-1001"}',
+         "ok": {"sku": "LIBRO-TS", "quantity": 2, "reference": "PO-1001"}},
+        {"name": "reference of 64 characters, every allowed character class",
+         "body": '{"reference":"' + "po_2026.01-Z" + "x" * 52 + '","sku":"A","quantity":1}',
+         "ok": {"sku": "A", "quantity": 1, "reference": "po_2026.01-Z" + "x" * 52}},
+        {"name": "reference of one character", "body": '{"sku":"A","quantity":1,"reference":"7"}',
+         "ok": {"sku": "A", "quantity": 1, "reference": "7"}},
+        {"name": "reference of 65 characters", "body": '{"sku":"A","quantity":1,"reference":"' + "R" * 65 + '"}',
+         "problem": inv(("/reference", REF_RULE))},
+        {"name": "empty reference", "body": '{"sku":"A","quantity":1,"reference":""}',
+         "problem": inv(("/reference", REF_RULE))},
+        {"name": "reference with a space", "body": '{"sku":"A","quantity":1,"reference":"PO 1001"}',
+         "problem": inv(("/reference", REF_RULE))},
+        {"name": "reference with a slash", "body": '{"sku":"A","quantity":1,"reference":"PO/1001"}',
+         "problem": inv(("/reference", REF_RULE))},
+        {"name": "reference with a non-ASCII letter", "body": '{"sku":"A","quantity":1,"reference":"PEDIDO-Ñ"}',
+         "problem": inv(("/reference", REF_RULE))},
+        {"name": "reference as a number", "body": '{"sku":"A","quantity":1,"reference":1001}',
+         "problem": inv(("/reference", "must be a string"))},
+        {"name": "reference null is not an absent reference", "body": '{"sku":"A","quantity":1,"reference":null}',
+         "problem": inv(("/reference", "must be a string"))},
+        {"name": "every member wrong: listed as sku, quantity, reference, unknown, repeated",
+         "body": '{"sku":"a","quantity":0,"reference":"","x":1,"x":2}',
+         "problem": inv(("/sku", "must be 1 to 32 characters from A-Z, 0-9 and -"),
+                        ("/quantity", "must be from 1 to 20"), ("/reference", REF_RULE),
+                        ("/x", "is not allowed"), ("/x", "must appear only once"))},
+        {"name": "a repeated reference is refused",
+         "body": '{"sku":"A","quantity":1,"reference":"a","reference":"b"}',
+         "problem": inv(("/reference", "must appear only once"))},
     ]
 
 
@@ -621,6 +697,7 @@ FILES = {
     "retry.json": lambda: {"description": "RetryPolicy::step(attempt, outcome, random) with the default policy.", **retry_cases()},
     "problems.json": lambda: {"description": "Every problem code with its status, title and type; exact bodies and headers of the problem constructors.", **problem_cases()},
     "orders.json": lambda: {"description": "POST /orders:v1 bodies: the validated order or the exact request-invalid problem body.", "cases": order_cases()},
+    "downstream_keys.json": lambda: counted(f"downstream_key(scope, operation, key, effect): SHA-256 of the domain tag {DOWNSTREAM_DOMAIN!r} then each input as a u32 big-endian byte length and its UTF-8 bytes; the first 16 bytes as a UUIDv8 (version 8, RFC 9562 variant). `key` is what `key_header` parses to under `profile`; `sha256` is the whole digest.", downstream_cases(ARTICLE_KEY), domain=DOWNSTREAM_DOMAIN),
     "unknown.json": lambda: {"description": "RetryPolicy::after_unknown(attempt, firstSentAt, now, replayWindowMs, random) with the default policy: what a client does when its operation's lookup answers unknown.", **unknown_cases()},
 }
 
@@ -636,8 +713,9 @@ MINIMUMS = {
     "replay_headers.json": {"cases": 30},
     "http_fingerprints.json": {"cases": 36},
     "retry.json": {"cases": 19},
-    "problems.json": {"codes": 12, "bodies": 8},
-    "orders.json": {"cases": 13},
+    "problems.json": {"codes": 15, "bodies": 12},
+    "orders.json": {"cases": 25},
+    "downstream_keys.json": {"cases": 14},
     "unknown.json": {"cases": 10},
 }
 

@@ -1,0 +1,152 @@
+//! The key an effect outside our transaction (a charge at a payment
+//! provider) is sent with, derived from the request's own identity.
+//!
+//! The order commits together with an outbox message; a worker delivers the
+//! message later, perhaps several times (a crash after sending, a lost
+//! answer, a second worker after a lease ran out). The provider can only
+//! deduplicate those deliveries if every one of them carries the same
+//! `Idempotency-Key`. Deriving that key from what identifies the operation
+//! (the account, the operation id, the client's key and the effect's name)
+//! rather than drawing it at random makes it the same in every process, after
+//! every restart and on every re-delivery, with nothing to store or look up
+//! first; and two effects of one request (say `charge` and `ship`) get
+//! different keys, as do two accounts that chose the same client key.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::key::IdempotencyKey;
+use crate::operation::OperationId;
+
+/// The domain tag hashed before the inputs: keys derived for another
+/// purpose, or by a future construction (`v2`), never collide with these.
+pub const DOWNSTREAM_KEY_DOMAIN: &str = "idemkey/downstream-key/v1";
+
+/// A derived downstream key: a UUIDv8 (RFC 9562, section 5.8) whose 122
+/// free bits come from SHA-256. Displays as the lowercase hyphenated UUID,
+/// which every key profile accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DownstreamKey {
+    uuid: Uuid,
+    /// The hyphenated lowercase text, kept so [`DownstreamKey::as_str`]
+    /// borrows instead of formatting.
+    text: [u8; 36],
+}
+
+impl DownstreamKey {
+    /// The key as a lowercase hyphenated UUID, e.g.
+    /// `65e5beb7-8001-8b87-92c5-6019c2be1f43`.
+    pub fn as_str(&self) -> &str {
+        // Always 36 ASCII bytes written by `Uuid::hyphenated`.
+        std::str::from_utf8(&self.text).unwrap_or_default()
+    }
+
+    /// The key as a UUID.
+    pub fn as_uuid(&self) -> Uuid {
+        self.uuid
+    }
+
+    /// The `Idempotency-Key` field value to send: the key as a quoted
+    /// structured-field string (RFC 9651, section 3.3.3).
+    pub fn to_header_value(&self) -> String {
+        format!("\"{}\"", self.as_str())
+    }
+}
+
+impl fmt::Display for DownstreamKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The downstream key of `effect` for the request identified by (`scope`,
+/// `operation`, `key`): for an order, `scope` is the account id (lowercase
+/// hyphenated UUID), `operation` is [`crate::ORDER_OPERATION`] and `effect`
+/// is `charge`.
+///
+/// Construction (version 1; `core/vectors/downstream_keys.json` holds
+/// vectors computed independently with Python's hashlib):
+///
+/// 1. SHA-256 over the UTF-8 bytes of [`DOWNSTREAM_KEY_DOMAIN`] followed by
+///    each of `scope`, `operation`, the key's characters (as
+///    [`IdempotencyKey::as_str`] gives them: unquoted, and lowercase under
+///    the `uuid` profile) and `effect`, each as its byte length (a 32-bit
+///    big-endian integer) then its UTF-8 bytes. The length prefixes make the
+///    encoding injective: `("ab", "c")` and `("a", "bc")` hash differently.
+/// 2. The first 16 bytes of the digest, with the version nibble set to 8
+///    and the variant bits to `10` (RFC 9562): a UUIDv8.
+///
+/// ```
+/// use idemkey_core::{downstream_key, IdempotencyKey, KeyProfile, ORDER_OPERATION};
+/// let key = IdempotencyKey::parse(b"8e03978e-40d5-43e8-bc93-6894a57f9324", KeyProfile::Uuid)?;
+/// let account = "0b8e3d4c-1f2a-4b5c-8d6e-7f8091a2b3c4";
+/// let charge = downstream_key(account, &ORDER_OPERATION, &key, "charge");
+/// // The same inputs give the same key, in any process, at any time.
+/// assert_eq!(charge, downstream_key(account, &ORDER_OPERATION, &key, "charge"));
+/// assert_ne!(charge, downstream_key(account, &ORDER_OPERATION, &key, "ship"));
+/// assert_eq!(charge.to_string(), "65e5beb7-8001-8b87-92c5-6019c2be1f43"); // a UUIDv8
+/// # Ok::<(), idemkey_core::KeyError>(())
+/// ```
+pub fn downstream_key(
+    scope: &str,
+    operation: &OperationId,
+    key: &IdempotencyKey,
+    effect: &str,
+) -> DownstreamKey {
+    let mut hasher = Sha256::new();
+    hasher.update(DOWNSTREAM_KEY_DOMAIN.as_bytes());
+    for part in [scope, operation.as_str(), key.as_str(), effect] {
+        // Inputs are far below 4 GiB (a key is at most 255 bytes, an
+        // operation 128); saturating keeps the function total regardless.
+        let len = u32::try_from(part.len()).unwrap_or(u32::MAX);
+        hasher.update(len.to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    bytes[6] = (bytes[6] & 0x0f) | 0x80;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let uuid = Uuid::from_bytes(bytes);
+    let mut text = [0u8; 36];
+    uuid.hyphenated().encode_lower(&mut text);
+    DownstreamKey { uuid, text }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::KeyProfile;
+
+    fn key(value: &str) -> IdempotencyKey {
+        IdempotencyKey::parse(value.as_bytes(), KeyProfile::Lenient).unwrap()
+    }
+
+    #[test]
+    fn is_a_uuidv8_that_displays_as_its_text() {
+        let op = OperationId::from_static("POST /orders:v1");
+        let k = downstream_key("acct", &op, &key("abc"), "charge");
+        assert_eq!(k.as_uuid().get_version_num(), 8);
+        assert_eq!(k.as_uuid().get_variant(), uuid::Variant::RFC4122);
+        assert_eq!(k.to_string(), k.as_uuid().hyphenated().to_string());
+        assert_eq!(k.as_str(), k.to_string());
+        assert_eq!(k.to_header_value(), format!("\"{k}\""));
+        // What it sends parses back, under the strictest profile too.
+        let sent = IdempotencyKey::parse(k.to_header_value().as_bytes(), KeyProfile::Uuid);
+        assert_eq!(sent.unwrap().as_str(), k.as_str());
+    }
+
+    #[test]
+    fn every_input_counts_and_boundaries_cannot_shift() {
+        let op = OperationId::from_static("POST /orders:v1");
+        let base = downstream_key("ab", &op, &key("c"), "charge");
+        assert_ne!(base, downstream_key("a", &op, &key("bc"), "charge"));
+        assert_ne!(base, downstream_key("ab", &op, &key("c"), "ship"));
+        assert_ne!(base, downstream_key("ab", &op, &key("d"), "charge"));
+        let v2 = OperationId::from_static("POST /orders:v2");
+        assert_ne!(base, downstream_key("ab", &v2, &key("c"), "charge"));
+        assert_eq!(base, downstream_key("ab", &op, &key("\"c\""), "charge"));
+    }
+}

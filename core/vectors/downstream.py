@@ -1,0 +1,71 @@
+"""Vectors of downstream_key(scope, operation, key, effect): the key an effect
+outside the transaction (a charge) is sent with, computed here with Python's
+hashlib and uuid, independently of the Rust code (core/src/downstream.rs).
+
+Construction (v1): SHA-256 of the domain tag "idemkey/downstream-key/v1", then
+each of scope, operation, key (the parsed key's characters) and effect as a
+32-bit big-endian byte length followed by its UTF-8 bytes; the first 16 bytes
+of the digest with the version nibble set to 8 and the variant to RFC 9562.
+"""
+
+import hashlib
+import uuid
+
+DOMAIN = "idemkey/downstream-key/v1"
+ACCOUNT = "0b8e3d4c-1f2a-4b5c-8d6e-7f8091a2b3c4"
+OTHER_ACCOUNT = "5f0c2a1e-9b7d-4c3a-a2e1-0d9c8b7a6f5e"
+ORDER_OP = "POST /orders:v1"
+
+
+def derive(scope, operation, key, effect):
+    data = DOMAIN.encode("utf-8")
+    for part in (scope, operation, key, effect):
+        raw = part.encode("utf-8")
+        data += len(raw).to_bytes(4, "big") + raw
+    digest = hashlib.sha256(data).digest()
+    b = bytearray(digest[:16])
+    b[6] = (b[6] & 0x0F) | 0x80
+    b[8] = (b[8] & 0x3F) | 0x80
+    return digest.hex(), str(uuid.UUID(bytes=bytes(b)))
+
+
+def downstream_cases(article_key):
+    """(name, scope, operation, key header, profile, parsed key, effect)."""
+    up = article_key.upper()
+    k255 = "k" * 255
+    raw = [
+        ("an order's charge: account, order operation, uuid key", ACCOUNT, ORDER_OP,
+         f'"{article_key}"', "uuid", article_key, "charge"),
+        ("the same key in capitals, bare, under uuid: the same parsed key, the same result",
+         ACCOUNT, ORDER_OP, up, "uuid", article_key, "charge"),
+        ("the same key under strict: the same characters, the same result", ACCOUNT, ORDER_OP,
+         f'"{article_key}"', "strict", article_key, "charge"),
+        ("another effect of the same order", ACCOUNT, ORDER_OP, f'"{article_key}"', "uuid",
+         article_key, "ship"),
+        ("another account with the same key", OTHER_ACCOUNT, ORDER_OP, f'"{article_key}"',
+         "uuid", article_key, "charge"),
+        ("another operation version", ACCOUNT, "POST /orders:v2", f'"{article_key}"', "uuid",
+         article_key, "charge"),
+        ("boundaries cannot shift: scope ab, key c", "ab", "POST /x:v1", '"c"', "strict", "c",
+         "e"),
+        ("boundaries cannot shift: scope a, key bc", "a", "POST /x:v1", '"bc"', "strict", "bc",
+         "e"),
+        ("empty scope and effect are hashed as zero lengths", "", "POST /x:v1", '"abc"',
+         "strict", "abc", ""),
+        ("non-ASCII scope and effect count UTF-8 bytes", "cuenta José 東京", "POST /x:v1",
+         '"abc"', "strict", "abc", "cobro-ñ 🎉"),
+        ("a bare key under lenient", ACCOUNT, ORDER_OP, "abc-123", "lenient", "abc-123",
+         "charge"),
+        ("escapes are undone before hashing", ACCOUNT, ORDER_OP, '"a\\"b\\\\c"', "strict",
+         'a"b\\c', "charge"),
+        ("a key of 255 characters", ACCOUNT, ORDER_OP, f'"{k255}"', "strict", k255, "charge"),
+        ("parameters of the key field are ignored", ACCOUNT, ORDER_OP, '"abc";v=1', "strict",
+         "abc", "charge"),
+    ]
+    out = []
+    for name, scope, op, header, profile, key, effect in raw:
+        digest, value = derive(scope, op, key, effect)
+        out.append({"name": name, "scope": scope, "operation": op, "key_header": header,
+                    "profile": profile, "key": key, "effect": effect, "sha256": digest,
+                    "uuid": value})
+    return out
