@@ -347,25 +347,6 @@ fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<ChargeRequest, Probl
     }
 }
 
-/// The 402 of a declined amount.
-// TODO(core12): use the core's `payment-declined` problem once it lands
-// (branch core12); until then this writes the same shape by hand.
-fn declined(amount_cents: i64) -> Response {
-    let body = serde_json::json!({
-        "type": format!("{}payment-declined", idemkey_core::PROBLEM_TYPE_PREFIX),
-        "title": "Payment declined",
-        "status": 402,
-        "detail": format!("The provider declined the charge of {amount_cents} cents."),
-        "code": "payment-declined",
-    });
-    let mut response = (StatusCode::PAYMENT_REQUIRED, body.to_string()).into_response();
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static(idemkey_core::PROBLEM_CONTENT_TYPE),
-    );
-    response
-}
-
 async fn create(
     State(provider): State<Provider>,
     axum::Extension(Caller(scope)): axum::Extension<Caller>,
@@ -389,7 +370,10 @@ async fn create(
     };
     if provider.declined.contains(&request.amount_cents) {
         info!(amount_cents = request.amount_cents, "declined");
-        return declined(request.amount_cents);
+        return problem_response(&Problem::payment_declined(&format!(
+            "the provider declines charges of {} cents",
+            request.amount_cents
+        )));
     }
     let new = NewCharge {
         scope,
