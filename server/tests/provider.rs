@@ -276,6 +276,37 @@ async fn a_lost_response_is_uncertain_and_the_lookup_finds_one_charge(backend: B
     ));
 }
 
+async fn the_demo_switch_loses_the_next_response_only(backend: Backend) {
+    let env = Env::new(backend);
+    let server = provider(&env, &[]);
+    let a = client(&server, SECRET_A);
+    let arm = |secret: &str| {
+        server
+            .client
+            .post(format!("{}/faults/lose-next", server.base))
+            .header("authorization", format!("Bearer {secret}"))
+            .send()
+    };
+    Reply::from(arm("not-a-secret").await.expect("send"))
+        .await
+        .assert_problem(401, "unauthorized");
+    assert_eq!(arm(SECRET_B).await.expect("send").status(), 204);
+    // A decline does not take the switch; the next charge does.
+    assert!(matches!(
+        a.charge(&key(), Uuid::new_v4(), 402, "EUR").await,
+        Attempt::Declined { .. }
+    ));
+    let (k, order) = (key(), Uuid::new_v4());
+    assert!(matches!(
+        a.charge(&k, order, 5980, "EUR").await,
+        Attempt::Uncertain { .. }
+    ));
+    // One shot: the retry gets the stored answer.
+    let id = charged(&a.charge(&k, order, 5980, "EUR").await);
+    assert_eq!(charged(&a.lookup(&k).await), id);
+    assert_eq!(charge_ids(&server, SECRET_A).await, [id]);
+}
+
 async fn a_restarted_provider_keeps_its_charges_and_replays(backend: Backend) {
     let env = Env::new(backend);
     let (k, order) = (key(), Uuid::new_v4());
@@ -453,6 +484,7 @@ on_each_backend!(
     a_failing_provider_answers_503_before_any_effect,
     a_lost_response_is_uncertain_and_the_lookup_finds_one_charge,
     a_restarted_provider_keeps_its_charges_and_replays,
+    the_demo_switch_loses_the_next_response_only,
     a_slow_provider_is_uncertain_and_a_closed_port_is_a_retry,
 );
 

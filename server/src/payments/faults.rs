@@ -3,6 +3,8 @@
 //! with the same `--fault-seed` and the same order of requests sees the same
 //! faults.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -25,6 +27,19 @@ pub(super) struct Faults {
     lose_rate: f64,
     latency: Duration,
     draws: Mutex<StdRng>,
+    lose_next: AtomicBool,
+}
+
+/// The demo's one-shot switch: the next successful charge commits and its
+/// connection is closed without an answer, whatever `--lose-rate` says.
+#[derive(Clone, Debug)]
+pub struct LoseNext(Arc<Faults>);
+
+impl LoseNext {
+    /// Arms the switch (until a charge takes it).
+    pub fn arm(&self) {
+        self.0.lose_next.store(true, Ordering::SeqCst);
+    }
 }
 
 /// What one request draws.
@@ -42,7 +57,13 @@ impl Faults {
             lose_rate,
             latency,
             draws: Mutex::new(StdRng::seed_from_u64(seed)),
+            lose_next: AtomicBool::new(false),
         }
+    }
+
+    /// The one-shot switch of these faults.
+    pub(super) fn lose_next(self: &Arc<Self>) -> LoseNext {
+        LoseNext(Arc::clone(self))
     }
 
     /// Both draws of one request, always both, so each request takes the
@@ -64,10 +85,10 @@ fn faulty(request: &Request) -> bool {
 
 /// Middleware outside the idempotency layer: sleeps `--latency-ms`, answers
 /// 503 with `Retry-After` before anything happens at `--fail-rate`, and at
-/// `--lose-rate` lets a charge commit and its response be stored, then
-/// closes the connection without answering.
+/// `--lose-rate` (or when [`LoseNext`] is armed) lets a charge commit and
+/// its response be stored, then closes the connection without answering.
 pub(super) async fn inject(
-    State(faults): State<std::sync::Arc<Faults>>,
+    State(faults): State<Arc<Faults>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -86,7 +107,10 @@ pub(super) async fn inject(
     let losable = request.method() == Method::POST;
     let response = next.run(request).await;
     // The layer has stored the answer by now: a retry replays it.
-    if draw.lose && losable && response.status().is_success() {
+    let lose = losable
+        && response.status().is_success()
+        && (draw.lose || faults.lose_next.swap(false, Ordering::SeqCst));
+    if lose {
         if let Some(control) = control {
             warn!("fault: charge committed, closing the connection without a response");
             control.abort();

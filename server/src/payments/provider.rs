@@ -9,6 +9,7 @@
 //! | `POST /charges` (`Idempotency-Key` required) | 201 the charge; 402 `payment-declined` for a declined amount (nothing stored) |
 //! | `GET /charges/{key}` | 200 the charge made under that key, or 404 `not-found` |
 //! | `GET /charges` | 200 `{"charges": [...]}`: every charge of the caller, oldest first |
+//! | `POST /faults/lose-next` | 204: the next successful charge (of any caller) loses its response ([`LoseNext`]) |
 //!
 //! Every route needs `Authorization: Bearer SECRET` with one of the
 //! `--token` secrets (401 `unauthorized` otherwise). A caller's records and
@@ -46,6 +47,7 @@ use tokio::net::TcpListener;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::{info, warn};
 
+pub use super::faults::LoseNext;
 use super::faults::{Faults, inject};
 use crate::db::{CHARGES_NEED_SQL, Charge, ChargeWrite, Db, NewCharge, PgSettings};
 use crate::layer::IdempotencyLayer;
@@ -167,8 +169,10 @@ struct Provider {
 }
 
 /// The provider's router over `db`, with its settings (and faults drawn
-/// from `seed`).
-pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> Router {
+/// from `seed`), and its one-shot switch that loses the next successful
+/// charge's response (also armed by `POST /faults/lose-next`): for the demo,
+/// which embeds the provider or drives it over HTTP.
+pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
     let provider = Provider {
         db: db.clone(),
         scopes: Arc::new(args.tokens.iter().map(|t| scope_of(t.expose())).collect()),
@@ -185,11 +189,21 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> Router {
     })
     .operation(CHARGE_OPERATION)
     .key_profile(KeyProfile::Lenient);
-    Router::new()
+    let lose_next = faults.lose_next();
+    let arm = {
+        let lose_next = lose_next.clone();
+        move || async move {
+            warn!("fault: the next successful charge loses its response");
+            lose_next.arm();
+            StatusCode::NO_CONTENT
+        }
+    };
+    let router = Router::new()
         .route("/charges", post(create).get(list))
         .route("/charges/{key}", get(lookup))
         .route_layer(idempotent)
         .route_layer(from_fn_with_state(faults, inject))
+        .route("/faults/lose-next", post(arm))
         .route_layer(from_fn_with_state(provider.clone(), authenticate))
         .fallback(|| async { problem_response(&Problem::not_found()) })
         .method_not_allowed_fallback(|| async { problem_response(&Problem::method_not_allowed()) })
@@ -198,7 +212,8 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> Router {
         .layer(SetResponseHeaderLayer::overriding(
             CACHE_CONTROL,
             HeaderValue::from_static("no-store"),
-        ))
+        ));
+    (router, lose_next)
 }
 
 /// Runs the provider until SIGTERM or SIGINT.
@@ -213,7 +228,7 @@ pub async fn run(args: ProviderArgs) -> Result<(), String> {
         Some(seed) => seed,
         None => random_seed()?,
     };
-    let app = router(db.clone(), &args, seed);
+    let (app, _) = router(db.clone(), &args, seed);
     let listener = TcpListener::bind(args.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
