@@ -373,11 +373,8 @@ async fn a_slow_provider_is_uncertain_and_a_closed_port_is_a_retry(backend: Back
     assert_eq!(env.count("provider_charges"), 0);
 }
 
-/// Concurrent writes of one key's charge (a request the layer runs again
-/// while its first run is still going) make one charge: the unique
-/// constraint decides, and every writer gets that charge back.
-async fn concurrent_writes_of_one_key_make_one_charge(backend: Backend) {
-    let env = Env::new(backend);
+/// The store of `env` (migrated) and a new charge of A's to write in it.
+async fn open_with_charge(env: &Env) -> (Db, NewCharge) {
     let db = Db::open(&env.url, &PgSettings::default())
         .await
         .expect("open");
@@ -388,6 +385,15 @@ async fn concurrent_writes_of_one_key_make_one_charge(backend: Backend) {
         amount_cents: 5980,
         currency: "EUR".into(),
     };
+    (db, charge)
+}
+
+/// Concurrent writes of one key's charge (a request the layer runs again
+/// while its first run is still going) make one charge: the unique
+/// constraint decides, and every writer gets that charge back.
+async fn concurrent_writes_of_one_key_make_one_charge(backend: Backend) {
+    let env = Env::new(backend);
+    let (db, charge) = open_with_charge(&env).await;
     let writers: Vec<_> = (0..8)
         .map(|_| {
             let (db, charge) = (db.clone(), charge.clone());
@@ -428,16 +434,7 @@ async fn concurrent_writes_of_one_key_make_one_charge(backend: Backend) {
 /// its snapshot; it runs again and returns the committed charge.
 async fn a_charge_committed_while_the_insert_waits_is_returned(backend: Backend) {
     let env = Env::new(backend);
-    let db = Db::open(&env.url, &PgSettings::default())
-        .await
-        .expect("open");
-    let charge = NewCharge {
-        scope: scope_of(SECRET_A),
-        idempotency_key: key(),
-        order_id: Uuid::new_v4(),
-        amount_cents: 5980,
-        currency: "EUR".into(),
-    };
+    let (db, charge) = open_with_charge(&env).await;
     let (mut other, connection) = tokio_postgres::connect(&env.url, tokio_postgres::NoTls)
         .await
         .expect("connect");

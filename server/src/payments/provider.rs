@@ -16,7 +16,7 @@
 //! charges are scoped by the hex SHA-256 of its secret: another secret sees
 //! none of them and cannot replay them. The secret is never stored or logged.
 //!
-//! Faults, on purpose ([`super::faults`]): `--fail-rate` answers 503 with
+//! Faults, on purpose (`payments/faults.rs`): `--fail-rate` answers 503 with
 //! `Retry-After` before any effect; `--lose-rate` lets the charge commit and
 //! its response be stored, then closes the connection without an answer;
 //! `--latency-ms` sleeps before every request; amounts listed in
