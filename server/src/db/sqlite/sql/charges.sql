@@ -2,4 +2,4 @@
 SELECT id, idempotency_key, order_id, amount_cents, currency, created_at
 FROM provider_charges
 WHERE scope = ?1
-ORDER BY seq
+ORDER BY rowid
