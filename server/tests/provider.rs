@@ -255,7 +255,7 @@ async fn a_failing_provider_answers_503_before_any_effect(backend: Backend) {
 
 async fn a_lost_response_is_uncertain_and_the_lookup_finds_one_charge(backend: Backend) {
     let env = Env::new(backend);
-    let server = provider(&env, &["--lose-rate", "1"]);
+    let server = provider(&env, &["--lose-rate", "1", "--lease", "5s"]);
     let a = client(&server, SECRET_A);
     let (k, order) = (key(), Uuid::new_v4());
     for _ in 0..2 {
