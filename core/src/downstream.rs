@@ -95,9 +95,16 @@ pub fn downstream_key(
     key: &IdempotencyKey,
     effect: &str,
 ) -> DownstreamKey {
+    downstream_key_of(scope, operation.as_str(), key.as_str(), effect)
+}
+
+/// [`downstream_key`] of the tuple as stored: an operation and a key read
+/// back from a database (an outbox message) were validated when they were
+/// written, and parsing them again under a key profile could change them.
+pub fn downstream_key_of(scope: &str, operation: &str, key: &str, effect: &str) -> DownstreamKey {
     let mut hasher = Sha256::new();
     hasher.update(DOWNSTREAM_KEY_DOMAIN.as_bytes());
-    for part in [scope, operation.as_str(), key.as_str(), effect] {
+    for part in [scope, operation, key, effect] {
         // Inputs are far below 4 GiB (a key is at most 255 bytes, an
         // operation 128); saturating keeps the function total regardless.
         let len = u32::try_from(part.len()).unwrap_or(u32::MAX);

@@ -37,6 +37,12 @@ pub enum Command {
     /// revoke (refused by every server process from the next request on).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Deliver the outbox (charges to the payment provider) without
+    /// serving HTTP; any number may run beside the servers (PostgreSQL).
+    Worker(crate::outbox::WorkerArgs),
+    /// Look at the outbox and send dead letters back to pending.
+    #[command(subcommand)]
+    Outbox(crate::outbox::OutboxCommand),
     /// Serve the conformance fixture: test routes behind the idempotency
     /// layer (a conformance fixture for third-party suites; part of the
     /// binary, not of the library).
@@ -193,6 +199,9 @@ pub struct ServeArgs {
     /// database at once). 0s turns the cache off.
     #[arg(long, env = "IDEMKEY_AUTH_CACHE_TTL", default_value = "1s", value_parser = parse_duration)]
     pub auth_cache_ttl: Duration,
+    /// Where charges go and how the outbox is delivered.
+    #[command(flatten)]
+    pub outbox: crate::outbox::OutboxArgs,
     /// Log format.
     #[arg(long, env = "IDEMKEY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -312,6 +321,7 @@ impl ServeArgs {
     /// [`ServeArgs::validate`] with `allow_test_faults` as the value of
     /// `IDEMKEY_ALLOW_TEST_FAULTS` (`None`: unset).
     fn validate_with(&self, allow_test_faults: Option<&str>) -> Result<(), String> {
+        self.outbox.validate()?;
         #[cfg(not(feature = "test-faults"))]
         let _ = allow_test_faults;
         #[cfg(feature = "test-faults")]

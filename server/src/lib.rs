@@ -41,6 +41,7 @@ use idemkey_core::{ExpiryPolicy, KeyProfile, UnixMillis};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 pub mod auth;
+pub mod catalogue;
 pub mod config;
 pub mod db;
 pub mod faults;
@@ -51,6 +52,7 @@ pub mod load_shed;
 pub mod maintenance;
 pub mod metrics;
 pub mod operator;
+pub mod outbox;
 pub mod payments;
 pub mod problems;
 pub mod replay_cache;
@@ -126,6 +128,9 @@ struct Inner {
     metrics: Arc<metrics::Metrics>,
     token_usage: Arc<token_usage::TokenUsage>,
     replay_cache: Option<replay_cache::ReplayCache>,
+    catalogue: catalogue::Catalogue,
+    outbox_metrics: Arc<outbox::OutboxMetrics>,
+    outbox_wake: Arc<tokio::sync::Notify>,
 }
 
 impl AppState {
@@ -139,6 +144,9 @@ impl AppState {
                 db,
                 settings,
                 replay_cache,
+                catalogue: catalogue::Catalogue::default(),
+                outbox_metrics: Arc::default(),
+                outbox_wake: Arc::default(),
                 lose_next_response: AtomicBool::new(false),
                 metrics,
                 token_usage: Arc::default(),
@@ -165,6 +173,21 @@ impl AppState {
     /// The replay cache, unless the settings turn it off.
     pub fn replay_cache(&self) -> Option<&replay_cache::ReplayCache> {
         self.inner.replay_cache.as_ref()
+    }
+
+    /// The delivery counters of this process's outbox workers.
+    pub fn outbox_metrics(&self) -> &Arc<outbox::OutboxMetrics> {
+        &self.inner.outbox_metrics
+    }
+
+    /// Notified when a new order commits, to wake this process's workers.
+    pub fn outbox_wake(&self) -> &Arc<tokio::sync::Notify> {
+        &self.inner.outbox_wake
+    }
+
+    /// The catalogue's prices.
+    pub fn catalogue(&self) -> &catalogue::Catalogue {
+        &self.inner.catalogue
     }
 
     /// The settings.

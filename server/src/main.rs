@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 mod admin;
 mod fixture;
+mod outbox_cli;
 
 use clap::Parser as _;
 use idemkey_server::config::{Cli, Command, DatabaseArgs, LogFormat, ServeArgs};
@@ -49,6 +50,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Fixture(args) => fixture::run(args).await,
+        Command::Worker(args) => outbox_cli::worker(args).await,
+        Command::Outbox(command) => outbox_cli::outbox(command).await,
         Command::Account(command) => admin::account(command).await,
         Command::Token(command) => admin::token(command).await,
         Command::Provider(args) => idemkey_server::payments::provider::run(args).await,
@@ -145,7 +148,15 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         },
     };
     let state = AppState::new(store.clone(), settings.clone());
+    // Read once before the first order, so that a burst of them does not
+    // each ask for it.
+    state
+        .catalogue()
+        .reload(&store)
+        .await
+        .map_err(|e| format!("cannot read the catalogue: {e}"))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_rx_workers = stop_rx.clone();
     let trimmer = tokio::spawn(maintenance::run(
         store.clone(),
         settings,
@@ -159,6 +170,12 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         args.token_last_used_interval,
         stop_rx,
     ));
+    let workers = args.outbox.start(
+        &store,
+        state.outbox_metrics(),
+        state.outbox_wake(),
+        &stop_rx_workers,
+    )?;
     let listener = TcpListener::bind(args.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
@@ -184,6 +201,9 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
     let _ = stop_tx.send(true);
     let _ = trimmer.await;
     let _ = usage.await;
+    for worker in workers {
+        let _ = worker.await;
+    }
     store.close();
     info!("stopped");
     Ok(())

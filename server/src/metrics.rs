@@ -259,6 +259,12 @@ pub async fn show(State(state): State<AppState>) -> Response {
     if let Some(cache) = state.replay_cache() {
         render_replay_cache(&mut text, cache.stats());
     }
+    let stats = if state.db().lease_only() {
+        None
+    } else {
+        state.db().outbox_stats().await.ok()
+    };
+    state.outbox_metrics().render(&mut text, stats);
     if let Some((batches, orders)) = state.db().order_batches() {
         for (name, help, value) in [
             (

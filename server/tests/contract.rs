@@ -546,10 +546,13 @@ async fn the_order_list_is_the_callers_newest_first(backend: Backend) {
     assert_eq!(orders[0]["sku"], "LIBRO-TS");
     assert_eq!(orders[0]["quantity"], 3);
     assert!(orders[0]["created_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(orders[0]["amount_cents"], 3 * 2990);
+    assert_eq!(orders[0]["currency"], "EUR");
+    assert_eq!(orders[0]["payment"]["status"], "pending");
     assert_eq!(
         orders[0].as_object().unwrap().len(),
-        4,
-        "id, sku, quantity, created_at"
+        7,
+        "id, sku, quantity, amount_cents, currency, created_at, payment"
     );
     let two = server.get(&alice, "/orders?limit=2").await;
     assert_eq!(two.json()["orders"].as_array().unwrap().len(), 2);

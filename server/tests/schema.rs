@@ -26,6 +26,10 @@ const REFERENCE_TABLES: &[(&str, &str)] = &[
         "a request's token is looked up before its account is known",
     ),
     ("schema_migrations", "the migration runner's own table"),
+    (
+        "products",
+        "the catalogue: every order of every account reads its prices",
+    ),
 ];
 
 /// `table -> columns` of the schema's tables.

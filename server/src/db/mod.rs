@@ -15,8 +15,8 @@ use thiserror::Error;
 use uuid::Uuid;
 
 use crate::idempotency::{
-    ClaimToken, Claimed, NewClaim, Outcome, Policy, Read, Record, RecordKey, Records,
-    StoredResponse, TrimReport,
+    ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey, Records, StoredResponse,
+    TrimReport,
 };
 
 pub mod postgres;
@@ -68,54 +68,6 @@ pub enum Authed<T> {
     Ok(T),
 }
 
-/// An order as stored.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Order {
-    /// Its id.
-    pub id: Uuid,
-    /// Stock-keeping unit.
-    pub sku: String,
-    /// Quantity.
-    pub quantity: u8,
-    /// When the server accepted it.
-    pub created_at: UnixMillis,
-}
-
-/// A new order, ready to be written with its key's record: everything the
-/// 201 says is known before the statement runs.
-#[derive(Clone, Debug)]
-pub struct OrderDraft {
-    /// The operation, part of the record's key.
-    pub operation: OperationId,
-    /// The idempotency key.
-    pub key: IdempotencyKey,
-    /// The validated payload's fingerprint.
-    pub fingerprint: idemkey_core::Fingerprint,
-    /// The new order.
-    pub order: Order,
-    /// The 201 response to store.
-    pub response: StoredResponse,
-}
-
-/// What [`Db::create_order`] came to.
-#[derive(Clone, Debug)]
-pub struct OrderAnswer {
-    /// The engine's outcome.
-    pub outcome: Outcome<()>,
-    /// When the answer came from the key's record: the caller's account and
-    /// the record as read, for the replay cache to keep.
-    pub seen: Option<(AccountId, Read)>,
-}
-
-impl From<Outcome<()>> for OrderAnswer {
-    fn from(outcome: Outcome<()>) -> Self {
-        Self {
-            outcome,
-            seen: None,
-        }
-    }
-}
-
 /// Connection-pool figures for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolStatus {
@@ -158,7 +110,10 @@ macro_rules! each {
 }
 
 mod accounts;
+mod order;
+pub mod outbox;
 pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
+pub use order::{Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, PaymentState, Price};
 mod charges;
 pub use charges::{CHARGES_NEED_SQL, Charge, ChargeWrite, NewCharge};
 
@@ -275,8 +230,55 @@ impl Db {
         token: TokenHash,
         draft: &OrderDraft,
         policy: &Policy,
-    ) -> Result<Authed<OrderAnswer>, StoreError> {
+    ) -> Result<Authed<OrderAttempt>, StoreError> {
         each!(self, db => db.create_order(token, draft, policy).await)
+    }
+
+    /// Claims up to `limit` due outbox messages of `effects` for
+    /// `lease_for`; no other worker delivers them until it ends.
+    pub async fn claim_outbox(
+        &self,
+        effects: &[String],
+        limit: u32,
+        lease_for: Duration,
+    ) -> Result<Vec<outbox::OutboxMessage>, StoreError> {
+        each!(self, db => db.claim_outbox(effects, limit, lease_for).await)
+    }
+
+    /// Ends a message's claim as `settlement` says, with the downstream key
+    /// it was sent with; `false` when the claim was no longer this one's
+    /// (its lease ended and another worker took the message over).
+    pub async fn settle_outbox(
+        &self,
+        message: &outbox::OutboxMessage,
+        sent_key: Option<&str>,
+        settlement: &outbox::Settlement,
+    ) -> Result<bool, StoreError> {
+        each!(self, db => db.settle_outbox(message, sent_key, settlement).await)
+    }
+
+    /// The outbox's depth, oldest pending age and dead letters.
+    pub async fn outbox_stats(&self) -> Result<outbox::OutboxStats, StoreError> {
+        each!(self, db => db.outbox_stats().await)
+    }
+
+    /// Outbox messages, oldest first: all, or those of one status.
+    pub async fn outbox_list(
+        &self,
+        status: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<outbox::OutboxEntry>, StoreError> {
+        each!(self, db => db.outbox_list(status, limit).await)
+    }
+
+    /// Sends dead letters (one, or all) back to pending; how many.
+    pub async fn outbox_retry(&self, id: Option<i64>) -> Result<u64, StoreError> {
+        each!(self, db => db.outbox_retry(id).await)
+    }
+
+    /// The catalogue: every sku with its price.
+    pub async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
+        each!(self, db => db.products().await)
     }
 
     /// The caller's order with this id, if it is theirs.

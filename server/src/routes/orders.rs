@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idemkey_core::{
     Decision, Fingerprint, HeadRules, IdempotencyKey, MAX_ORDER_BODY_BYTES, NewOrder,
-    ORDER_OPERATION, Problem, ProblemCode, RequestHead, UnixMillis, check_body_len, check_head,
+    ORDER_OPERATION, Problem, ProblemCode, RequestHead, check_body_len, check_head,
 };
 use serde::Serialize;
 use std::time::Instant;
@@ -23,7 +23,9 @@ use uuid::Uuid;
 
 use super::{authed, json_response, lookup_path, rfc3339};
 use crate::auth::{bearer_hash, hash_token};
-use crate::db::{AccountId, Order, OrderDraft, StoreError, TokenHash};
+use crate::db::{
+    AccountId, Order, OrderAttempt, OrderDraft, Payment, PaymentState, StoreError, TokenHash,
+};
 use crate::faults::{self, Fault};
 use crate::idempotency::{
     self, Answer, Mode, Outcome, Policy, RecordKey, Scope, Step, StoredResponse,
@@ -38,21 +40,73 @@ use crate::telemetry::LogNote;
 use crate::{AppState, Settings};
 
 #[derive(Serialize)]
+struct PaymentBody<'a> {
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    charge_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+    attempts: u32,
+}
+
+#[derive(Serialize)]
 struct OrderBody<'a> {
     id: String,
     sku: &'a str,
     quantity: u8,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reference: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    amount_cents: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    currency: Option<&'a str>,
     created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment: Option<PaymentBody<'a>>,
 }
 
-fn order_body(id: Uuid, sku: &str, quantity: u8, created_at: UnixMillis) -> String {
-    let body = OrderBody {
-        id: id.to_string(),
-        sku,
-        quantity,
-        created_at: rfc3339(created_at),
-    };
-    serde_json::to_string(&body).unwrap_or_default()
+impl<'a> From<&'a Order> for OrderBody<'a> {
+    fn from(order: &'a Order) -> Self {
+        Self {
+            id: order.id.to_string(),
+            sku: &order.sku,
+            quantity: order.quantity,
+            reference: order.reference.as_deref(),
+            amount_cents: order.amount.as_ref().map(|(cents, _)| *cents),
+            currency: order.amount.as_ref().map(|(_, currency)| currency.as_str()),
+            created_at: rfc3339(order.created_at),
+            payment: order.payment.as_ref().map(|payment| {
+                let (status, charge_id, reason) = match &payment.state {
+                    PaymentState::Pending => ("pending", None, None),
+                    PaymentState::Charged { charge_id } => {
+                        ("charged", Some(charge_id.as_str()), None)
+                    }
+                    PaymentState::Failed { reason } => ("failed", None, Some(reason.as_str())),
+                };
+                PaymentBody {
+                    status,
+                    charge_id,
+                    reason,
+                    attempts: payment.attempts,
+                }
+            }),
+        }
+    }
+}
+
+fn order_body(order: &Order) -> String {
+    serde_json::to_string(&OrderBody::from(order)).unwrap_or_default()
+}
+
+/// The charge's outbox payload: what the provider is asked to charge.
+fn charge_payload(order: &Order) -> String {
+    let (amount_cents, currency) = order.amount.clone().unwrap_or_default();
+    serde_json::json!({
+        "order_id": order.id.to_string(),
+        "amount_cents": amount_cents,
+        "currency": currency,
+    })
+    .to_string()
 }
 
 /// The engine's policies for orders, from the running settings.
@@ -170,28 +224,64 @@ async fn create_order(
     // The time shown in the order; every decision is the database's.
     let created_at = crate::display_now();
     let id = Uuid::new_v4();
-    let body = order_body(id, &order.sku, order.quantity, created_at);
-    let response = StoredResponse::new(faults::stored_status(fault, 201), body)
-        .with_header("content-type", "application/json")
-        .with_header("location", &format!("/orders/{id}"));
-    let draft = OrderDraft {
-        operation: ORDER_OPERATION,
-        key: checked.key,
-        fingerprint,
-        order: Order {
+    let catalogue = state.catalogue();
+    let mut price = catalogue.price(state.db(), &order.sku).await?;
+    let mut tries = 0;
+    let answer = loop {
+        let Some(unit) = price else {
+            return Err(Problem::sku_not_in_catalogue().into());
+        };
+        let new = Order {
             id,
-            sku: order.sku,
+            sku: order.sku.clone(),
             quantity: order.quantity,
+            reference: order.reference.clone(),
+            amount: Some((
+                unit.unit_cents * i64::from(order.quantity),
+                unit.currency.clone(),
+            )),
             created_at,
-        },
-        response,
+            payment: Some(Payment::NEW),
+        };
+        let response = StoredResponse::new(faults::stored_status(fault, 201), order_body(&new))
+            .with_header("content-type", "application/json")
+            .with_header("location", &format!("/orders/{id}"));
+        let draft = OrderDraft {
+            operation: ORDER_OPERATION,
+            key: checked.key.clone(),
+            fingerprint,
+            charge: charge_payload(&new),
+            order: new,
+            price: unit,
+            response,
+        };
+        let sent = Instant::now();
+        match authed(
+            state,
+            token,
+            state.db().create_order(token, &draft, &policy).await?,
+        )? {
+            OrderAttempt::Answered(answer) => break (answer, draft, sent),
+            OrderAttempt::ReferenceTaken(existing) => {
+                return Ok((
+                    "rejected",
+                    problem_response(&Problem::order_reference_exists(existing)),
+                ));
+            }
+            // The price changed (or the sku went) since this process read
+            // the catalogue: read it again and write the order at its
+            // price; a catalogue that keeps changing is answered as busy.
+            OrderAttempt::PriceChanged if tries == 0 => {
+                tries += 1;
+                catalogue.reload(state.db()).await?;
+                price = catalogue.cached(&order.sku);
+            }
+            OrderAttempt::PriceChanged => {
+                return Err(Problem::service_unavailable(UNAVAILABLE_RETRY_AFTER_SECS).into());
+            }
+        }
     };
-    let sent = Instant::now();
-    let answer = authed(
-        state,
-        token,
-        state.db().create_order(token, &draft, &policy).await?,
-    )?;
+    let (answer, draft, sent) = answer;
     if let (Some(cache), Some((account, read))) = (cache, &answer.seen) {
         // A replay or a 422 that the cache could have answered.
         cache.miss();
@@ -209,6 +299,9 @@ async fn create_order(
     // ([`crate::telemetry`]) carries the outcome and the order.
     let response = match outcome {
         Outcome::Executed { response, .. } => {
+            // Its charge is in the outbox: no need for a worker of this
+            // process to wait for its next poll.
+            state.outbox_wake().notify_one();
             let mut response = after_commit(state, fault, &parts.extensions, response).await;
             response.extensions_mut().insert(LogNote {
                 order: Some(id),
@@ -334,15 +427,7 @@ pub(super) async fn list(
     let limit = list_limit(query.as_deref())?;
     let orders = authed(&state, token, state.db().recent_orders(token, limit).await?)?;
     let list = OrderList {
-        orders: orders
-            .iter()
-            .map(|o| OrderBody {
-                id: o.id.to_string(),
-                sku: &o.sku,
-                quantity: o.quantity,
-                created_at: rfc3339(o.created_at),
-            })
-            .collect(),
+        orders: orders.iter().map(OrderBody::from).collect(),
     };
     let body = serde_json::to_string(&list).unwrap_or_default();
     Ok(json_response(StatusCode::OK, body))
@@ -361,15 +446,7 @@ pub(super) async fn show(
     // 401 rather than 404 whatever the path says.
     let lookup_id = id.unwrap_or(Uuid::nil());
     match authed(&state, token, state.db().order(token, lookup_id).await?)? {
-        Some(Order {
-            id,
-            sku,
-            quantity,
-            created_at,
-        }) => Ok(json_response(
-            StatusCode::OK,
-            order_body(id, &sku, quantity, created_at),
-        )),
+        Some(order) => Ok(json_response(StatusCode::OK, order_body(&order))),
         None => Err(Problem::not_found().into()),
     }
 }

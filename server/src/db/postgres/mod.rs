@@ -23,12 +23,14 @@ mod accounts;
 mod charges;
 mod conninfo;
 mod orders;
+mod outbox;
 mod pooler;
 mod records;
 mod tls;
 mod transaction;
 
 pub(crate) use conninfo::is_key_value;
+pub use outbox::enqueue;
 pub use pooler::PgPooler;
 pub use records::PgRecords;
 pub use transaction::{run_in_transaction, set_lock_timeout};
@@ -56,6 +58,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "account_first_keys",
         include_str!("migrations/0005_account_first_keys.sql"),
     ),
+    (6, "payments", include_str!("migrations/0006_payments.sql")),
     (
         7,
         "provider_charges",

@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::records::read_from_row;
 use super::{PgDb, PgPooler, db_error, run_in_transaction};
 use crate::db::{
-    AccountId, Authed, Order, OrderAnswer, OrderDraft, StoreError, TokenHash, from_system_time,
-    millis, to_system_time,
+    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, Price, StoreError,
+    TokenHash, from_system_time, millis, to_system_time,
 };
 use crate::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Scope, Step};
 
@@ -26,6 +26,7 @@ const CREATE_ORDER: &str = include_str!("sql/create_order.sql");
 const INSERT_ORDER: &str = include_str!("sql/insert_order.sql");
 const LOOKUP: &str = include_str!("sql/lookup.sql");
 const ORDER: &str = include_str!("sql/order.sql");
+const PRODUCTS: &str = include_str!("sql/products.sql");
 const RECENT_ORDERS: &str = include_str!("sql/recent_orders.sql");
 
 impl PgDb {
@@ -38,8 +39,29 @@ impl PgDb {
         token: TokenHash,
         draft: &OrderDraft,
         policy: &Policy,
-    ) -> Result<Authed<OrderAnswer>, StoreError> {
+    ) -> Result<Authed<OrderAttempt>, StoreError> {
         let mut client = self.client().await?;
+        // `None`: another order took the reference while the statement ran;
+        // run it again, to see that order.
+        match self
+            .create_order_once(&mut client, token, draft, policy)
+            .await?
+        {
+            Some(attempt) => Ok(attempt),
+            None => self
+                .create_order_once(&mut client, token, draft, policy)
+                .await?
+                .ok_or_else(|| StoreError::Unavailable("purchase reference conflict".into())),
+        }
+    }
+
+    async fn create_order_once(
+        &self,
+        client: &mut Object,
+        token: TokenHash,
+        draft: &OrderDraft,
+        policy: &Policy,
+    ) -> Result<Option<Authed<OrderAttempt>>, StoreError> {
         let fingerprint = &draft.fingerprint.as_bytes()[..];
         let (operation, key) = (draft.operation.as_str(), draft.key.as_str());
         let headers = draft.response.headers_json();
@@ -49,7 +71,12 @@ impl PgDb {
         let created_at = to_system_time(draft.order.created_at);
         let status = i32::from(draft.response.status);
         let claim = ClaimToken::random().0;
-        let params: [(&(dyn ToSql + Sync), Type); 13] = [
+        let (amount, currency) = match &draft.order.amount {
+            Some((cents, currency)) => (*cents, currency.as_str()),
+            None => (0, ""),
+        };
+        let reference = draft.order.reference.as_deref();
+        let params: [(&(dyn ToSql + Sync), Type); 18] = [
             (&&token.0[..], Type::BYTEA),
             (&operation, Type::TEXT),
             (&key, Type::TEXT),
@@ -63,32 +90,42 @@ impl PgDb {
             (&quantity, Type::INT4),
             (&created_at, Type::TIMESTAMPTZ),
             (&status, Type::INT4),
+            (&draft.price.unit_cents, Type::INT8),
+            (&currency, Type::TEXT),
+            (&reference, Type::TEXT),
+            (&amount, Type::INT8),
+            (&draft.charge, Type::TEXT),
         ];
-        let rows = match crate::faults::Hold::current() {
-            None => self.rows(&client, CREATE_ORDER, &params).await?,
+        let fused = match crate::faults::Hold::current() {
+            None => self.rows_raw(client, CREATE_ORDER, &params).await,
             // A test fault: the same statement, its transaction held open
             // before the commit when it created the order.
             Some(hold) => {
                 let tx = client.transaction().await.map_err(db_error)?;
-                let rows = tx
-                    .query_typed(CREATE_ORDER, &params)
-                    .await
-                    .map_err(db_error)?;
-                if rows
-                    .first()
-                    .and_then(|r| r.try_get::<_, &str>("outcome").ok())
-                    == Some("created")
+                let rows = tx.query_typed(CREATE_ORDER, &params).await;
+                if let Ok(rows) = &rows
+                    && rows
+                        .first()
+                        .and_then(|r| r.try_get::<_, &str>("outcome").ok())
+                        == Some("created")
                 {
                     hold.wait().await;
                 }
-                tx.commit().await.map_err(db_error)?;
-                rows
+                match rows {
+                    Ok(rows) => tx.commit().await.map(|()| rows),
+                    Err(err) => Err(err),
+                }
             }
+        };
+        let rows = match fused {
+            Ok(rows) => rows,
+            Err(err) if is_reference_conflict(&err) => return Ok(None),
+            Err(err) => return Err(db_error(err)),
         };
         let (account, read) = match rows.first() {
             Some(row) => match row.try_get::<_, &str>("outcome").map_err(db_error)? {
                 "created" => {
-                    return Ok(Authed::Ok(
+                    return Ok(Some(Authed::Ok(
                         Outcome::Executed {
                             decision: Decision::Execute,
                             value: (),
@@ -96,15 +133,23 @@ impl PgDb {
                             stored: true,
                         }
                         .into(),
-                    ));
+                    )));
                 }
-                "unauthorized" => return Ok(Authed::Unauthorized),
+                "unauthorized" => return Ok(Some(Authed::Unauthorized)),
+                "catalogue" => return Ok(Some(Authed::Ok(OrderAttempt::PriceChanged))),
+                "reference" => {
+                    let id: Option<&str> = row.try_get("resource_id").map_err(db_error)?;
+                    let id = id
+                        .and_then(|id| Uuid::try_parse(id).ok())
+                        .unwrap_or_default();
+                    return Ok(Some(Authed::Ok(OrderAttempt::ReferenceTaken(id))));
+                }
                 _ => (account_of_row(row)?, read_from_row(row)?),
             },
             // The claim waited for a concurrent claimant that committed:
             // this statement's snapshot could not see its row. A new one can.
-            None => match self.lookup_row(&client, token, operation, key).await? {
-                Authed::Unauthorized => return Ok(Authed::Unauthorized),
+            None => match self.lookup_row(client, token, operation, key).await? {
+                Authed::Unauthorized => return Ok(Some(Authed::Unauthorized)),
                 Authed::Ok(found) => found,
             },
         };
@@ -116,48 +161,88 @@ impl PgDb {
         if let Step::Answer(answer) =
             idempotency::step(&read, &record_key, draft.fingerprint, policy)
         {
-            return Ok(Authed::Ok(OrderAnswer {
+            return Ok(Some(Authed::Ok(OrderAttempt::Answered(OrderAnswer {
                 outcome: answer.into(),
                 seen: Some((account, read)),
-            }));
+            }))));
         }
         // The transactional path: a take-over or a re-execution (rare).
         let (order, response) = (draft.order.clone(), draft.response.clone());
-        let outcome = run_in_transaction(
-            &mut client,
-            &record_key,
-            draft.fingerprint,
-            policy,
-            None,
-            |tx| {
+        let (price, charge) = (draft.price.clone(), draft.charge.clone());
+        let (operation, key) = (operation.to_owned(), key.to_owned());
+        let outcome =
+            run_in_transaction(client, &record_key, draft.fingerprint, policy, None, |tx| {
                 Box::pin(async move {
                     let quantity = i32::from(order.quantity);
                     let created_at = to_system_time(order.created_at);
-                    tx.execute_typed(
-                        INSERT_ORDER,
-                        &[
-                            (&order.id, Type::UUID),
-                            (&account.0, Type::UUID),
-                            (&order.sku, Type::TEXT),
-                            (&quantity, Type::INT4),
-                            (&created_at, Type::TIMESTAMPTZ),
-                        ],
-                    )
-                    .await
-                    .map_err(db_error)?;
+                    let amount = order.amount.as_ref().map_or(0, |(cents, _)| *cents);
+                    let reference = order.reference.as_deref();
+                    let row = tx
+                        .query_one(
+                            INSERT_ORDER,
+                            &[
+                                &order.id,
+                                &account.0,
+                                &order.sku,
+                                &quantity,
+                                &created_at,
+                                &price.unit_cents,
+                                &price.currency,
+                                &reference,
+                                &amount,
+                                &operation,
+                                &key,
+                                &charge,
+                            ],
+                        )
+                        .await
+                        .map_err(|e| Refused::Store(db_error(e)))?;
+                    let created: bool = row
+                        .try_get("created")
+                        .map_err(|e| Refused::Store(db_error(e)))?;
+                    if !created {
+                        let taken: Option<Uuid> = row
+                            .try_get("taken")
+                            .map_err(|e| Refused::Store(db_error(e)))?;
+                        return Err(Refused::Attempt(match taken {
+                            Some(id) => OrderAttempt::ReferenceTaken(id),
+                            None => OrderAttempt::PriceChanged,
+                        }));
+                    }
                     Ok(Done {
                         response,
                         resource: Some(order.id.to_string()),
                         value: (),
                     })
                 })
-            },
-        )
-        .await;
+            })
+            .await;
         match outcome {
-            Ok(outcome) => Ok(Authed::Ok(outcome.into())),
-            Err(idempotency::Error::Effect(err) | idempotency::Error::Store(err)) => Err(err),
+            Ok(outcome) => Ok(Some(Authed::Ok(outcome.into()))),
+            Err(idempotency::Error::Effect(Refused::Attempt(attempt))) => {
+                Ok(Some(Authed::Ok(attempt)))
+            }
+            Err(
+                idempotency::Error::Effect(Refused::Store(err)) | idempotency::Error::Store(err),
+            ) => Err(err),
         }
+    }
+
+    /// The catalogue: every sku with its price.
+    pub(in crate::db) async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client.query(PRODUCTS, &[]).await.map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("sku").map_err(db_error)?,
+                    Price {
+                        unit_cents: row.try_get("unit_price_cents").map_err(db_error)?,
+                        currency: row.try_get("currency").map_err(db_error)?,
+                    },
+                ))
+            })
+            .collect()
     }
 
     pub(in crate::db) async fn lookup(
@@ -224,6 +309,26 @@ impl PgDb {
     }
 }
 
+/// Why the transactional path's effect stored nothing.
+enum Refused {
+    Store(StoreError),
+    Attempt(OrderAttempt),
+}
+
+impl From<StoreError> for Refused {
+    fn from(err: StoreError) -> Self {
+        Self::Store(err)
+    }
+}
+
+/// A unique violation of the purchase reference: a concurrent order took it.
+fn is_reference_conflict(err: &tokio_postgres::Error) -> bool {
+    err.as_db_error().is_some_and(|db| {
+        *db.code() == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+            && db.constraint() == Some("orders_account_reference")
+    })
+}
+
 impl PgDb {
     /// Runs one of the order route's statements on `client`: prepared once
     /// per connection, or unnamed behind a transaction pooler.
@@ -233,13 +338,23 @@ impl PgDb {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, StoreError> {
+        self.rows_raw(client, sql, params).await.map_err(db_error)
+    }
+
+    /// [`Self::rows`] with the driver's error, for the caller to look at.
+    async fn rows_raw(
+        &self,
+        client: &Object,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
         match self.pooler {
             PgPooler::None => {
-                let stmt = client.prepare_cached(sql).await.map_err(db_error)?;
+                let stmt = client.prepare_cached(sql).await?;
                 let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-                client.query(&stmt, &values).await.map_err(db_error)
+                client.query(&stmt, &values).await
             }
-            PgPooler::Transaction => client.query_typed(sql, params).await.map_err(db_error),
+            PgPooler::Transaction => client.query_typed(sql, params).await,
         }
     }
 
@@ -281,11 +396,27 @@ fn order_from_row(row: &Row) -> Result<Option<Order>, StoreError> {
         return Ok(None);
     };
     let quantity: i32 = row.try_get("quantity").map_err(db_error)?;
+    let amount: Option<i64> = row.try_get("amount_cents").map_err(db_error)?;
+    let currency: Option<String> = row.try_get("currency").map_err(db_error)?;
+    let status: Option<String> = row.try_get("payment_status").map_err(db_error)?;
+    let attempts: Option<i32> = row.try_get("payment_attempts").map_err(db_error)?;
+    let payment = match status {
+        None => None,
+        Some(status) => Some(Payment::from_outbox(
+            &status,
+            row.try_get("payment_result").map_err(db_error)?,
+            row.try_get("payment_error").map_err(db_error)?,
+            i64::from(attempts.unwrap_or_default()),
+        )),
+    };
     Ok(Some(Order {
         id,
         sku: row.try_get("sku").map_err(db_error)?,
         quantity: u8::try_from(quantity)
             .map_err(|_| StoreError::Unavailable("quantity out of range".into()))?,
+        reference: row.try_get("reference").map_err(db_error)?,
+        amount: amount.zip(currency),
         created_at: from_system_time(row.try_get("created_at").map_err(db_error)?),
+        payment,
     }))
 }

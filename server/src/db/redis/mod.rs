@@ -300,7 +300,51 @@ impl RedisDb {
         _: TokenHash,
         _: &OrderDraft,
         _: &Policy,
-    ) -> Result<Authed<crate::db::OrderAnswer>, StoreError> {
+    ) -> Result<Authed<crate::db::OrderAttempt>, StoreError> {
+        Err(lease_only())
+    }
+
+    /// Refused: see [`LEASE_ONLY`].
+    pub async fn claim_outbox(
+        &self,
+        _: &[String],
+        _: u32,
+        _: std::time::Duration,
+    ) -> Result<Vec<crate::db::outbox::OutboxMessage>, StoreError> {
+        Err(lease_only())
+    }
+
+    /// Refused: see [`LEASE_ONLY`].
+    pub async fn settle_outbox(
+        &self,
+        _: &crate::db::outbox::OutboxMessage,
+        _: Option<&str>,
+        _: &crate::db::outbox::Settlement,
+    ) -> Result<bool, StoreError> {
+        Err(lease_only())
+    }
+
+    /// Refused: see [`LEASE_ONLY`].
+    pub async fn outbox_stats(&self) -> Result<crate::db::outbox::OutboxStats, StoreError> {
+        Err(lease_only())
+    }
+
+    /// Refused: see [`LEASE_ONLY`].
+    pub async fn outbox_list(
+        &self,
+        _: Option<&str>,
+        _: u32,
+    ) -> Result<Vec<crate::db::outbox::OutboxEntry>, StoreError> {
+        Err(lease_only())
+    }
+
+    /// Refused: see [`LEASE_ONLY`].
+    pub async fn outbox_retry(&self, _: Option<i64>) -> Result<u64, StoreError> {
+        Err(lease_only())
+    }
+
+    /// Refused: see [`LEASE_ONLY`].
+    pub async fn products(&self) -> Result<Vec<(String, crate::db::Price)>, StoreError> {
         Err(lease_only())
     }
 

@@ -39,10 +39,12 @@ mod accounts;
 mod charges;
 mod group_commit;
 mod orders;
+mod outbox;
 mod private_file;
 mod records;
 mod transaction;
 
+pub use orders::enqueue;
 pub use records::SqliteRecords;
 pub use transaction::run_in_transaction;
 
@@ -69,6 +71,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "account_first_keys",
         include_str!("migrations/0005_account_first_keys.sql"),
     ),
+    (6, "payments", include_str!("migrations/0006_payments.sql")),
     (
         7,
         "provider_charges",

@@ -8,10 +8,16 @@ use uuid::Uuid;
 use super::records::read_from_row;
 use super::transaction::run_in_savepoint;
 use super::{SqliteDb, SqliteRecords, sqlite_error};
-use crate::db::{AccountId, Authed, Order, OrderAnswer, OrderDraft, StoreError, TokenHash};
+use crate::db::{
+    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, Price, StoreError,
+    TokenHash,
+};
 use crate::idempotency::{self, Done, Outcome, Policy, Read, RecordKey, Scope};
 
 const ACCOUNT: &str = include_str!("sql/account.sql");
+const ENQUEUE: &str = include_str!("sql/enqueue.sql");
+const PRODUCTS: &str = include_str!("sql/products.sql");
+const REFERENCE_TAKEN: &str = include_str!("sql/reference_taken.sql");
 const INSERT_ORDER: &str = include_str!("sql/insert_order.sql");
 const ORDER: &str = include_str!("sql/order.sql");
 const READ: &str = include_str!("sql/read.sql");
@@ -38,6 +44,86 @@ fn account_of(conn: &Connection, token: TokenHash) -> Result<Option<AccountId>, 
     .transpose()
 }
 
+/// Why an order's effect stored nothing.
+enum Refused {
+    Store(StoreError),
+    Attempt(OrderAttempt),
+}
+
+impl From<rusqlite::Error> for Refused {
+    fn from(err: rusqlite::Error) -> Self {
+        Self::Store(sqlite_error(err))
+    }
+}
+
+/// Puts an effect in the outbox, in the caller's open transaction `conn`:
+/// it is delivered only if that transaction commits.
+pub fn enqueue(
+    conn: &Connection,
+    key: &RecordKey,
+    effect: &str,
+    resource: Option<&str>,
+    payload: &str,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(ENQUEUE)
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                key.scope.as_str(),
+                key.operation.as_str(),
+                key.key.as_str(),
+                effect,
+                resource,
+                payload
+            ])
+        })
+        .map(drop)
+        .map_err(sqlite_error)
+}
+
+/// The order's effect: the order with its amount, when its price is the
+/// catalogue's and its reference is free, and its charge in the outbox.
+fn insert_order(
+    conn: &Connection,
+    account: AccountId,
+    key: &RecordKey,
+    draft: &OrderDraft,
+) -> Result<(), Refused> {
+    let order = &draft.order;
+    if let Some(reference) = &order.reference {
+        let taken: Option<String> = conn
+            .prepare_cached(REFERENCE_TAKEN)?
+            .query_row(params![account.0.to_string(), reference], |row| row.get(0))
+            .optional()?;
+        if let Some(id) = taken {
+            let id = Uuid::try_parse(&id).unwrap_or_default();
+            return Err(Refused::Attempt(OrderAttempt::ReferenceTaken(id)));
+        }
+    }
+    let amount = order.amount.as_ref().map_or(0, |(cents, _)| *cents);
+    let inserted = conn.prepare_cached(INSERT_ORDER)?.execute(params![
+        order.id.to_string(),
+        account.0.to_string(),
+        order.sku,
+        i64::from(order.quantity),
+        ms(order.created_at),
+        draft.price.unit_cents,
+        draft.price.currency,
+        order.reference,
+        amount,
+    ])?;
+    if inserted == 0 {
+        return Err(Refused::Attempt(OrderAttempt::PriceChanged));
+    }
+    enqueue(
+        conn,
+        key,
+        "charge",
+        Some(&order.id.to_string()),
+        &draft.charge,
+    )
+    .map_err(Refused::Store)
+}
+
 /// One order in the batch's open transaction `tx`, in its own savepoint.
 fn create_order_in(
     tx: &mut rusqlite::Transaction<'_>,
@@ -45,7 +131,7 @@ fn create_order_in(
     draft: &OrderDraft,
     policy: &Policy,
     hold: Option<&crate::faults::Hold>,
-) -> Result<Authed<OrderAnswer>, StoreError> {
+) -> Result<Authed<OrderAttempt>, StoreError> {
     let Some(account) = account_of(tx, token)? else {
         return Ok(Authed::Unauthorized);
     };
@@ -55,17 +141,7 @@ fn create_order_in(
         key: draft.key.clone(),
     };
     let outcome = run_in_savepoint(tx, &key, draft.fingerprint, policy, |conn| {
-        conn.prepare_cached(INSERT_ORDER)
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    draft.order.id.to_string(),
-                    account.0.to_string(),
-                    draft.order.sku,
-                    i64::from(draft.order.quantity),
-                    ms(draft.order.created_at),
-                ])
-            })
-            .map_err(sqlite_error)?;
+        insert_order(conn, account, &key, draft)?;
         if let Some(hold) = hold {
             hold.wait_blocking();
         }
@@ -77,7 +153,12 @@ fn create_order_in(
     });
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(idempotency::Error::Effect(err) | idempotency::Error::Store(err)) => return Err(err),
+        Err(idempotency::Error::Effect(Refused::Attempt(attempt))) => {
+            return Ok(Authed::Ok(attempt));
+        }
+        Err(idempotency::Error::Effect(Refused::Store(err)) | idempotency::Error::Store(err)) => {
+            return Err(err);
+        }
     };
     // Answered from a completed record: read it back for the replay cache.
     let seen = match &outcome {
@@ -88,7 +169,37 @@ fn create_order_in(
         } => Some((account, SqliteRecords(tx).read_now(&key)?)),
         _ => None,
     };
-    Ok(Authed::Ok(OrderAnswer { outcome, seen }))
+    Ok(Authed::Ok(OrderAttempt::Answered(OrderAnswer {
+        outcome,
+        seen,
+    })))
+}
+
+/// An order with its payment from a row of order.sql or recent_orders.sql.
+fn order_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Order> {
+    let id: String = row.get(0)?;
+    let quantity: i64 = row.get(2)?;
+    let amount: Option<i64> = row.get(4)?;
+    let currency: Option<String> = row.get(5)?;
+    let status: Option<String> = row.get(7)?;
+    let payment = match status {
+        None => None,
+        Some(status) => Some(Payment::from_outbox(
+            &status,
+            row.get(8)?,
+            row.get(9)?,
+            row.get(10)?,
+        )),
+    };
+    Ok(Order {
+        id: Uuid::try_parse(&id).unwrap_or(Uuid::nil()),
+        sku: row.get(1)?,
+        quantity: u8::try_from(quantity).unwrap_or(0),
+        reference: row.get(3)?,
+        amount: amount.zip(currency),
+        created_at: from_ms(row.get(6)?),
+        payment,
+    })
 }
 
 impl SqliteDb {
@@ -100,7 +211,7 @@ impl SqliteDb {
         token: TokenHash,
         draft: &OrderDraft,
         policy: &Policy,
-    ) -> Result<Authed<OrderAnswer>, StoreError> {
+    ) -> Result<Authed<OrderAttempt>, StoreError> {
         let (draft, policy) = (draft.clone(), *policy);
         let hold = crate::faults::Hold::current();
         self.group
@@ -142,15 +253,10 @@ impl SqliteDb {
             let order = conn
                 .prepare_cached(ORDER)
                 .and_then(|mut stmt| {
-                    stmt.query_row(params![account.0.to_string(), id.to_string()], |row| {
-                        let quantity: i64 = row.get(1)?;
-                        Ok(Order {
-                            id,
-                            sku: row.get(0)?,
-                            quantity: u8::try_from(quantity).unwrap_or(0),
-                            created_at: from_ms(row.get(2)?),
-                        })
-                    })
+                    stmt.query_row(
+                        params![account.0.to_string(), id.to_string()],
+                        order_from_row,
+                    )
                     .optional()
                 })
                 .map_err(sqlite_error)?;
@@ -171,20 +277,37 @@ impl SqliteDb {
             let orders = conn
                 .prepare_cached(RECENT_ORDERS)
                 .and_then(|mut stmt| {
-                    stmt.query_map(params![account.0.to_string(), i64::from(limit)], |row| {
-                        let id: String = row.get(0)?;
-                        let quantity: i64 = row.get(2)?;
-                        Ok(Order {
-                            id: Uuid::try_parse(&id).unwrap_or(Uuid::nil()),
-                            sku: row.get(1)?,
-                            quantity: u8::try_from(quantity).unwrap_or(0),
-                            created_at: from_ms(row.get(3)?),
-                        })
-                    })?
+                    stmt.query_map(
+                        params![account.0.to_string(), i64::from(limit)],
+                        order_from_row,
+                    )?
                     .collect::<rusqlite::Result<Vec<_>>>()
                 })
                 .map_err(sqlite_error)?;
             Ok(Authed::Ok(orders))
+        })
+        .await
+    }
+}
+
+impl SqliteDb {
+    /// The catalogue: every sku with its price.
+    pub(in crate::db) async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
+        self.with_conn(|conn| {
+            conn.prepare_cached(PRODUCTS)
+                .and_then(|mut stmt| {
+                    stmt.query_map([], |row| {
+                        Ok((
+                            row.get(0)?,
+                            Price {
+                                unit_cents: row.get(1)?,
+                                currency: row.get(2)?,
+                            },
+                        ))
+                    })?
+                    .collect()
+                })
+                .map_err(sqlite_error)
         })
         .await
     }

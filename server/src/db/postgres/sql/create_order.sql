@@ -1,10 +1,13 @@
 -- The order route's fast path, one round trip per new order and per
--- replay: authenticate, look the key up, claim it, insert the order and
--- store its response in one autocommit statement, at the store's clock.
+-- replay: authenticate, look the key up, claim it, insert the order with
+-- its amount, its charge in the outbox, and store its response, in one
+-- autocommit statement, at the store's clock.
 -- $1 token_hash, $2 operation, $3 key, $4 fingerprint, $5 claim,
 -- $6 response_body, $7 response_headers, $8 replay ms, $9 order id,
 -- $10 sku, $11 quantity, $12 order created_at (shown in the body),
--- $13 response status.
+-- $13 response status, $14 unit price in cents and $15 currency (as the
+-- response says: checked against the catalogue here), $16 reference (or
+-- NULL), $17 amount in cents, $18 the charge's outbox payload.
 --
 -- A key committed before this statement began is answered from `existing`
 -- (with the store's clock, for the engine to decide on) without attempting
@@ -13,6 +16,10 @@
 -- claimant; if it commits, nothing is inserted and, READ COMMITTED giving
 -- one snapshot per statement, no row comes back either: the caller then
 -- reads the winner's row with lookup.sql, a new statement.
+-- A new key whose price is not the catalogue's (`catalogue`) or whose
+-- reference another order holds (`reference`, with that order's id) stores
+-- nothing. A reference taken by a concurrent transaction fails the
+-- statement on orders_account_reference; the caller runs it again.
 WITH caller AS (
     SELECT account_id, account_id::text AS scope FROM api_tokens
     WHERE token_hash = $1::bytea AND revoked_at IS NULL
@@ -22,6 +29,12 @@ WITH caller AS (
     FROM caller c
     JOIN idempotency_records r
       ON r.scope = c.scope AND r.operation = $2::text AND r.key = $3::text
+), product AS (
+    SELECT 1 FROM products
+    WHERE sku = $10::text AND unit_price_cents = $14::int8 AND currency = $15::text
+), taken AS (
+    SELECT o.id FROM caller c
+    JOIN orders o ON o.account_id = c.account_id AND o.reference = $16::text
 ), claim AS (
     INSERT INTO idempotency_records
         (scope, operation, key, fingerprint, claim, status, response_status,
@@ -30,14 +43,21 @@ WITH caller AS (
            $7::text, $6::bytea, statement_timestamp(),
            statement_timestamp() + $8::int8 * interval '1 millisecond', $9::uuid::text
     FROM caller
-    WHERE NOT EXISTS (SELECT 1 FROM existing)
+    WHERE NOT EXISTS (SELECT 1 FROM existing) AND EXISTS (SELECT 1 FROM product)
+      AND NOT EXISTS (SELECT 1 FROM taken)
     ON CONFLICT (scope, operation, key) DO NOTHING
-    RETURNING 1
+    RETURNING scope
 ), new_order AS (
-    INSERT INTO orders (id, account_id, sku, quantity, created_at)
-    SELECT $9::uuid, c.account_id, $10::text, $11::int4, $12::timestamptz
+    INSERT INTO orders (id, account_id, sku, quantity, created_at, amount_cents, currency,
+                        reference)
+    SELECT $9::uuid, c.account_id, $10::text, $11::int4, $12::timestamptz, $17::int8,
+           $15::text, $16::text
     FROM claim, caller c
     RETURNING id
+), charge AS (
+    INSERT INTO outbox (scope, operation, key, effect, resource_id, payload)
+    SELECT c.scope, $2::text, $3::text, 'charge', $9::uuid::text, $18::text
+    FROM new_order, caller c
 )
 SELECT 'created'::text AS outcome, NULL::uuid AS account_id,
        statement_timestamp() AS now, NULL::bytea AS fingerprint, NULL::uuid AS claim,
@@ -55,3 +75,13 @@ SELECT 'existing', c.account_id, statement_timestamp(), e.fingerprint, e.claim, 
        e.lease_until, e.replay_until, e.created_at, e.response_status, e.response_headers,
        e.response_body, e.resource_id
 FROM existing e, caller c
+UNION ALL
+SELECT 'catalogue', c.account_id, statement_timestamp(), NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+FROM caller c
+WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM product)
+UNION ALL
+SELECT 'reference', c.account_id, statement_timestamp(), NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, t.id::text
+FROM taken t, caller c
+WHERE NOT EXISTS (SELECT 1 FROM existing) AND EXISTS (SELECT 1 FROM product)

@@ -1,13 +1,18 @@
--- The caller's newest orders, newest first: one row with a NULL id when the
--- account has none; no row at all for an unknown token.
--- $1 token_hash, $2 how many.
-SELECT o.id, o.sku, o.quantity, o.created_at
+-- The caller's newest orders with their payments, newest first: one row
+-- with a NULL id when the account has none; no row at all for an unknown
+-- token. $1 token_hash, $2 how many.
+SELECT o.id, o.sku, o.quantity, o.reference, o.amount_cents, o.currency, o.created_at,
+       m.status AS payment_status, m.result AS payment_result,
+       m.last_error AS payment_error, m.attempts AS payment_attempts
 FROM api_tokens c
 LEFT JOIN LATERAL (
-    SELECT id, sku, quantity, created_at
+    SELECT id, sku, quantity, reference, amount_cents, currency, created_at
     FROM orders
     WHERE account_id = c.account_id
     ORDER BY created_at DESC, id DESC
     LIMIT $2::bigint
 ) o ON true
+LEFT JOIN outbox m
+  ON m.scope = c.account_id::text AND m.resource_id = o.id::text AND m.effect = 'charge'
 WHERE c.token_hash = $1::bytea AND c.revoked_at IS NULL
+ORDER BY o.created_at DESC, o.id DESC

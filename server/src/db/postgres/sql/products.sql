@@ -1,0 +1,2 @@
+-- The catalogue.
+SELECT sku, unit_price_cents, currency FROM products

@@ -1,0 +1,146 @@
+//! The outbox's statements on SQLite: claim under a lease, settle under
+//! that lease, and the operator's figures and listings. (Enqueueing runs in
+//! the caller's transaction: [`super::orders::enqueue`].)
+
+use std::time::Duration;
+
+use rusqlite::params;
+use uuid::Uuid;
+
+use super::{SqliteDb, immediate, sqlite_error};
+use crate::db::outbox::{OutboxEntry, OutboxMessage, OutboxStats, Settlement};
+use crate::db::{StoreError, millis};
+use idemkey_core::UnixMillis;
+
+const CLAIM: &str = include_str!("sql/outbox_claim.sql");
+const SETTLE: &str = include_str!("sql/outbox_settle.sql");
+const STATS: &str = include_str!("sql/outbox_stats.sql");
+const LIST: &str = include_str!("sql/outbox_list.sql");
+const RETRY: &str = include_str!("sql/outbox_retry.sql");
+
+impl SqliteDb {
+    pub(in crate::db) async fn claim_outbox(
+        &self,
+        effects: &[String],
+        limit: u32,
+        lease_for: Duration,
+    ) -> Result<Vec<OutboxMessage>, StoreError> {
+        let effects = serde_json::to_string(effects).unwrap_or_default();
+        let lease_ms = millis(lease_for);
+        self.with_conn(move |conn| {
+            let lease = Uuid::new_v4();
+            let tx = immediate(conn)?;
+            let messages = tx
+                .prepare_cached(CLAIM)
+                .and_then(|mut stmt| {
+                    stmt.query_map(
+                        params![i64::from(limit), lease_ms, lease.to_string(), effects],
+                        |row| {
+                            let attempts: i64 = row.get(7)?;
+                            Ok(OutboxMessage {
+                                id: row.get(0)?,
+                                scope: row.get(1)?,
+                                operation: row.get(2)?,
+                                key: row.get(3)?,
+                                effect: row.get(4)?,
+                                resource_id: row.get(5)?,
+                                payload: row.get(6)?,
+                                attempts: u32::try_from(attempts).unwrap_or(0),
+                                sent_key: row.get(8)?,
+                                lease,
+                            })
+                        },
+                    )?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(sqlite_error)?;
+            tx.commit().map_err(sqlite_error)?;
+            Ok(messages)
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn settle_outbox(
+        &self,
+        message: &OutboxMessage,
+        sent_key: Option<&str>,
+        settlement: &Settlement,
+    ) -> Result<bool, StoreError> {
+        let (id, lease, status) = (message.id, message.lease.to_string(), settlement.status());
+        let (result, error, delay) = settlement.columns();
+        let (result, error) = (result.map(str::to_owned), error.map(str::to_owned));
+        let sent_key = sent_key.map(str::to_owned);
+        self.with_conn(move |conn| {
+            conn.prepare_cached(SETTLE)
+                .and_then(|mut stmt| {
+                    stmt.execute(params![id, lease, status, result, error, delay, sent_key])
+                })
+                .map(|n| n == 1)
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+        self.with_conn(|conn| {
+            conn.prepare_cached(STATS)
+                .and_then(|mut stmt| {
+                    stmt.query_row([], |row| {
+                        let count = |i| -> rusqlite::Result<u64> {
+                            let n: Option<i64> = row.get(i)?;
+                            Ok(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
+                        };
+                        Ok(OutboxStats {
+                            pending: count(0)?,
+                            oldest_pending_ms: count(1)?,
+                            dead: count(2)?,
+                        })
+                    })
+                })
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn outbox_list(
+        &self,
+        status: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
+        let status = status.map(str::to_owned);
+        self.with_conn(move |conn| {
+            conn.prepare_cached(LIST)
+                .and_then(|mut stmt| {
+                    stmt.query_map(params![status, i64::from(limit)], |row| {
+                        let attempts: i64 = row.get(5)?;
+                        let created: i64 = row.get(9)?;
+                        Ok(OutboxEntry {
+                            id: row.get(0)?,
+                            scope: row.get(1)?,
+                            effect: row.get(2)?,
+                            resource_id: row.get(3)?,
+                            status: row.get(4)?,
+                            attempts: u32::try_from(attempts).unwrap_or(0),
+                            downstream_key: row.get(6)?,
+                            result: row.get(7)?,
+                            last_error: row.get(8)?,
+                            created_at: UnixMillis(u64::try_from(created).unwrap_or(0)),
+                        })
+                    })?
+                    .collect()
+                })
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn outbox_retry(&self, id: Option<i64>) -> Result<u64, StoreError> {
+        self.with_conn(move |conn| {
+            conn.prepare_cached(RETRY)
+                .and_then(|mut stmt| stmt.execute(params![id]))
+                .map(|n| n as u64)
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+}

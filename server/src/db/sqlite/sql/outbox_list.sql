@@ -1,0 +1,7 @@
+-- Messages for an operator, oldest first. ?1 status (or NULL), ?2 how many.
+SELECT id, scope, effect, resource_id, status, attempts, downstream_key, result, last_error,
+       created_at
+FROM outbox
+WHERE ?1 IS NULL OR status = ?1
+ORDER BY id
+LIMIT ?2

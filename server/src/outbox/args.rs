@@ -1,0 +1,165 @@
+//! The outbox's command-line flags (shared by `serve` and `worker`) and the
+//! operator's `outbox` commands.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use idemkey_core::RetryPolicy;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::{CHARGE, OutboxMetrics, Worker, WorkerSettings, charge_delivery};
+use crate::config::{DatabaseArgs, parse_duration};
+use crate::db::Db;
+use crate::payments::client::ProviderClient;
+
+/// Where charges go and how the outbox is delivered.
+#[derive(Clone, Debug, Args)]
+pub struct OutboxArgs {
+    /// Delivery workers in this process (0: none; another process, e.g.
+    /// `idemkey-server worker`, delivers).
+    #[arg(long, env = "IDEMKEY_OUTBOX_WORKERS", default_value_t = 1)]
+    pub outbox_workers: u32,
+    /// The payment provider's base URL (e.g. http://127.0.0.1:4000). Without
+    /// it, charges wait in the outbox.
+    #[arg(long, env = "IDEMKEY_PAYMENTS_URL")]
+    pub payments_url: Option<String>,
+    /// The bearer secret the provider knows this service by.
+    #[arg(long, env = "IDEMKEY_PAYMENTS_TOKEN", hide_env_values = true)]
+    pub payments_token: Option<String>,
+    /// How long one call to the provider may take before its outcome is
+    /// counted as uncertain.
+    #[arg(long, env = "IDEMKEY_PAYMENTS_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub payments_timeout: Duration,
+    /// How long a worker's claim on a message lasts; a crashed worker's
+    /// messages are taken over after it (at the database's clock).
+    #[arg(long, env = "IDEMKEY_OUTBOX_LEASE", default_value = "30s", value_parser = parse_duration)]
+    pub outbox_lease: Duration,
+    /// Messages a worker claims and delivers at once.
+    #[arg(long, env = "IDEMKEY_OUTBOX_BATCH", default_value_t = 16)]
+    pub outbox_batch: u32,
+    /// Deliveries of one message before it is dead-lettered.
+    #[arg(long, env = "IDEMKEY_OUTBOX_MAX_ATTEMPTS", default_value_t = 10)]
+    pub outbox_max_attempts: u32,
+    /// The first retry's backoff ceiling (full jitter, doubling).
+    #[arg(long, env = "IDEMKEY_OUTBOX_RETRY_BASE", default_value = "500ms", value_parser = parse_duration)]
+    pub outbox_retry_base: Duration,
+    /// The largest backoff ceiling (a provider's Retry-After may ask more).
+    #[arg(long, env = "IDEMKEY_OUTBOX_RETRY_CAP", default_value = "60s", value_parser = parse_duration)]
+    pub outbox_retry_cap: Duration,
+    /// How long an idle worker waits before looking again.
+    #[arg(long, env = "IDEMKEY_OUTBOX_POLL", default_value = "250ms", value_parser = parse_duration)]
+    pub outbox_poll: Duration,
+}
+
+impl OutboxArgs {
+    /// The workers' settings.
+    pub fn settings(&self) -> WorkerSettings {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        WorkerSettings {
+            batch: self.outbox_batch.max(1),
+            lease: self.outbox_lease,
+            idle_poll: self.outbox_poll,
+            retry: RetryPolicy {
+                base_ms: ms(self.outbox_retry_base).max(1),
+                cap_ms: ms(self.outbox_retry_cap).max(1),
+                max_attempts: self.outbox_max_attempts.max(1),
+            },
+        }
+    }
+
+    /// Checks what clap cannot: the lease must outlast two provider calls
+    /// (a lookup and a charge), or a live worker's claim could end under it.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.outbox_workers > 0
+            && self.payments_url.is_some()
+            && self.outbox_lease < self.payments_timeout * 4
+        {
+            return Err(format!(
+                "--outbox-lease ({:?}) must be at least 4 times --payments-timeout ({:?})",
+                self.outbox_lease, self.payments_timeout
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts the delivery workers until `stop` turns true; none without a
+    /// provider URL (charges then wait in the outbox, and a warning says so).
+    pub fn start(
+        &self,
+        db: &Db,
+        metrics: &Arc<OutboxMetrics>,
+        wake: &Arc<Notify>,
+        stop: &tokio::sync::watch::Receiver<bool>,
+    ) -> Result<Vec<JoinHandle<()>>, String> {
+        if self.outbox_workers == 0 {
+            return Ok(Vec::new());
+        }
+        let Some(url) = &self.payments_url else {
+            warn!("no --payments-url: charges wait in the outbox until a worker with one runs");
+            return Ok(Vec::new());
+        };
+        let token = self.payments_token.clone().unwrap_or_default();
+        let client = Arc::new(
+            ProviderClient::new(url, &token, self.payments_timeout)
+                .map_err(|e| format!("cannot reach the payment provider at {url}: {e}"))?,
+        );
+        let worker = Worker::new(db.clone(), self.settings())
+            .handle(CHARGE, charge_delivery(client))
+            .with_metrics(Arc::clone(metrics))
+            .with_waker(Arc::clone(wake));
+        info!(workers = self.outbox_workers, provider = %url, "outbox delivery started");
+        Ok((0..self.outbox_workers)
+            .map(|_| {
+                let mut stop = stop.clone();
+                tokio::spawn(worker.clone().run(async move {
+                    let _ = stop.wait_for(|stopped| *stopped).await;
+                }))
+            })
+            .collect())
+    }
+}
+
+/// Flags of `worker`: deliver the outbox without serving HTTP.
+#[derive(Clone, Debug, Args)]
+pub struct WorkerArgs {
+    /// Where the data lives.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Where charges go and how.
+    #[command(flatten)]
+    pub outbox: OutboxArgs,
+}
+
+/// `outbox` subcommands: look at the outbox and send dead letters back.
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// List messages, oldest first: id, status, attempts, effect, resource,
+    /// downstream key, and the result or last error.
+    List {
+        /// Only messages of this status: pending, delivered, failed or dead.
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Where the data lives.
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Send a dead letter (or, with --all-dead, every one) back to pending
+    /// with a fresh budget; its next attempt looks the effect up first.
+    Retry {
+        /// The message's id.
+        #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
+        id: Option<i64>,
+        /// Every dead letter.
+        #[arg(long)]
+        all_dead: bool,
+        /// Where the data lives.
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
