@@ -37,7 +37,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idemkey_core::{KeyProfile, Problem, ProblemCode};
 use serde::Deserialize;
-use tokio::net::TcpListener;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::info;
 
@@ -136,10 +135,7 @@ pub async fn run(args: FixtureArgs) -> Result<(), String> {
         None => info!(backend, "fixture database"),
     }
     let app = router(layer(store, &args), Counter::default());
-    let listener = TcpListener::bind(args.bind)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let (listener, local) = idemkey_server::serve::bind(args.bind).await?;
     info!(
         address = %local,
         lease_ms = args.lease.as_millis() as u64,

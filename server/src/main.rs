@@ -11,7 +11,6 @@ use idemkey_server::config::{Cli, Command, DatabaseArgs, LogFormat, ServeArgs};
 use idemkey_server::db::{DEFAULT_DATABASE_URL, Db, PgSettings};
 use idemkey_server::serve::shutdown_signal;
 use idemkey_server::{AppState, Settings, app, maintenance, serve, telemetry, token_usage};
-use tokio::net::TcpListener;
 use tracing::{error, info};
 
 fn main() -> ExitCode {
@@ -176,10 +175,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         state.outbox_wake(),
         &stop_rx_workers,
     )?;
-    let listener = TcpListener::bind(args.bind)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let (listener, local) = idemkey_server::serve::bind(args.bind).await?;
     info!(
         address = %local,
         key_profile = %args.key_profile,

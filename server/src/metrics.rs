@@ -253,10 +253,10 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
     response
 }
 
-/// `GET /metrics`.
 /// The longest a scrape waits for the outbox's figures.
 const OUTBOX_STATS_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// `GET /metrics`.
 pub async fn show(State(state): State<AppState>) -> Response {
     let mut text = state.metrics().render(state.db());
     if let Some(cache) = state.replay_cache() {

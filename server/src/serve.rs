@@ -142,6 +142,18 @@ pub async fn serve_with(
     Ok(())
 }
 
+/// Binds `addr`, answering the address actually bound (a port of 0 gets
+/// one from the system) or a message that says which address failed.
+pub async fn bind(
+    addr: std::net::SocketAddr,
+) -> Result<(TcpListener, std::net::SocketAddr), String> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    Ok((listener, local))
+}
+
 /// Completes on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     let interrupt = async {

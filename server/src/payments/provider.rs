@@ -43,7 +43,6 @@ use idemkey_core::{
 };
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
-use tokio::net::TcpListener;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::{info, warn};
 
@@ -236,10 +235,7 @@ pub async fn run(args: ProviderArgs) -> Result<(), String> {
         None => random_seed()?,
     };
     let (app, _) = router(db.clone(), &args, seed);
-    let listener = TcpListener::bind(args.bind)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let (listener, local) = crate::serve::bind(args.bind).await?;
     info!(
         address = %local,
         backend = db.backend(),
