@@ -12,7 +12,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { launch } from "../../wasm/tests/browser.mjs";
-import { serverBin, startServer } from "../../wasm/tests/server.mjs";
+import { listeningOn, serverBin, startServer } from "../../wasm/tests/server.mjs";
 
 const artifacts = process.env.IDEMKEY_ARTIFACTS ?? join(homedir(), ".cache", "idemkey", "artifacts");
 const SECRET = randomBytes(24).toString("hex");
@@ -28,21 +28,7 @@ async function startProvider() {
     ["provider", "--bind", "127.0.0.1:0", "--database-url", `sqlite://${join(dir, "provider.db")}`, "--latency-ms", String(LATENCY_MS)],
     { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1", RUST_LOG: "info", IDEMKEY_PROVIDER_TOKENS: SECRET } },
   );
-  let seen = "";
-  const base = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`provider did not start:\n${seen}`)), 30000);
-    const read = (chunk) => {
-      seen += chunk;
-      const m = seen.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    };
-    child.stdout.on("data", read);
-    child.stderr.on("data", read);
-    child.on("exit", (code) => reject(new Error(`provider exited with ${code}:\n${seen}`)));
-  });
+  const base = await listeningOn(child, "provider");
   return {
     base,
     /** The provider's charges of this run's secret, oldest first. */
