@@ -103,7 +103,11 @@ for target in web nodejs; do
     log "wasm-bindgen --target $target -> ${out#"$root"/}"
     rm -rf "$out"
     wasm-bindgen --target "$target" --out-dir "$out" "$raw_wasm"
-    "$wasm_opt" -Oz "${features[@]}" "$out/idemkey_wasm_bg.wasm" -o "$out/idemkey_wasm_bg.wasm"
+    # --converge repeats -Oz until it stops shrinking (about 0.4 KB gzipped);
+    # the producers, debug and target-features sections are for tools, not
+    # engines (wasm-bindgen has read target-features already).
+    "$wasm_opt" -Oz --converge --strip-producers --strip-debug --strip-target-features \
+        "${features[@]}" "$out/idemkey_wasm_bg.wasm" -o "$out/idemkey_wasm_bg.wasm"
     if [[ $target == web ]]; then
         cp "$wasm_dir/js/index.js" "$wasm_dir/js/index.d.ts" "$wasm_dir/js/idempotent-client.js" \
             "$wasm_dir/js/idempotent-client.d.ts" "$wasm_dir/js/wasm-url.d.ts" "$out/"

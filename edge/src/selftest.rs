@@ -10,23 +10,28 @@
 //!  "fingerprints": [{"operation": "POST /orders:v1", "payload": "{\"sku\":\"A\",\"quantity\":1}"}],
 //!  "orders": [{"body": "{\"sku\":\"A\",\"quantity\":1}"}],
 //!  "http_fingerprints": [{"operation": "http:v1", "method": "POST", "path": "/pay",
-//!                         "content_type": "application/json", "body_hex": "7b7d"}]}
+//!                         "content_type": "application/json", "body_hex": "7b7d"}],
+//!  "downstream_keys": [{"scope": "acct", "operation": "POST /orders:v1",
+//!                       "key_header": "\"abc\"", "profile": "strict", "effect": "charge"}]}
 //! ```
 //!
 //! answers each list in order, in the vectors' own vocabulary: keys
 //! `{"ok": key}` or `{"error": {"code", "reason"}}`; fingerprints
 //! `{"canonical", "hex"}` or `{"error"}`; orders `{"ok": order}` or
 //! `{"problem": body}`; HTTP fingerprints (`Fingerprint::of_http`, whose
-//! body bytes travel as hex) `{"hex"}`.
+//! body bytes travel as hex) `{"hex"}`; downstream keys
+//! (`downstream_key`, the key header parsed under its profile) `{"uuid"}` or
+//! `{"error": {"code", "reason"}}`.
 //!
 //! The Worker itself never computes an HTTP fingerprint (it guards `POST
 //! /orders`, whose fingerprint is the order's, and forwards the rest); the
 //! HTTP fingerprint vectors run here so that the core as built into the
-//! Worker is checked against them all the same.
+//! Worker is checked against them all the same; so do the downstream key
+//! vectors (the outbox worker derives those keys at the origin).
 
 use idemkey_core::{
     FINGERPRINT_VERSION, Fingerprint, IdempotencyKey, KeyProfile, NewOrder, OperationId,
-    canonical_json,
+    canonical_json, downstream_key,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -44,6 +49,17 @@ struct Batch {
     orders: Vec<OrderCase>,
     #[serde(default)]
     http_fingerprints: Vec<HttpFingerprintCase>,
+    #[serde(default)]
+    downstream_keys: Vec<DownstreamCase>,
+}
+
+#[derive(Deserialize)]
+struct DownstreamCase {
+    scope: String,
+    operation: String,
+    key_header: String,
+    profile: String,
+    effect: String,
 }
 
 #[derive(Deserialize)]
@@ -142,11 +158,30 @@ pub fn answer(batch: &[u8]) -> Result<Value, String> {
             Ok(json!({ "hex": fp.to_hex() }))
         })
         .collect::<Result<Vec<_>, String>>()?;
+    let downstream_keys = batch
+        .downstream_keys
+        .iter()
+        .map(|case| {
+            let op = OperationId::new(&case.operation).map_err(|e| e.to_string())?;
+            let profile: KeyProfile = case.profile.parse().map_err(|e| format!("{e}"))?;
+            Ok(
+                match IdempotencyKey::parse(case.key_header.as_bytes(), profile) {
+                    Ok(key) => json!({
+                        "uuid": downstream_key(&case.scope, &op, &key, &case.effect).as_str()
+                    }),
+                    Err(e) => {
+                        json!({ "error": { "code": e.code().as_str(), "reason": e.reason() } })
+                    }
+                },
+            )
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     Ok(json!({
         "keys": keys,
         "fingerprints": fingerprints,
         "orders": orders,
         "http_fingerprints": http_fingerprints,
+        "downstream_keys": downstream_keys,
     }))
 }
 
@@ -255,6 +290,25 @@ mod tests {
         for (case, got) in cases.iter().zip(got) {
             assert_eq!(got["hex"], case["hex"], "{}", case["name"]);
         }
+    }
+
+    /// The downstream key vectors as the workerd test sends them, answered
+    /// natively: each gives the vector's UUID.
+    #[test]
+    fn native_downstream_keys_match_the_vectors() {
+        let doc = vectors("downstream_keys.json");
+        let cases = doc["cases"].as_array().unwrap();
+        assert_eq!(Some(cases.len() as u64), doc["count"].as_u64());
+        let got = answer(json!({ "downstream_keys": cases }).to_string().as_bytes()).unwrap();
+        let got = got["downstream_keys"].as_array().unwrap();
+        assert_eq!(got.len(), cases.len());
+        for (case, got) in cases.iter().zip(got) {
+            assert_eq!(got, &json!({ "uuid": case["uuid"] }), "{}", case["name"]);
+        }
+        let bad = json!({ "downstream_keys": [{ "scope": "a", "operation": "POST /x:v1",
+            "key_header": "abc", "profile": "uuid", "effect": "charge" }] });
+        let got = answer(bad.to_string().as_bytes()).unwrap();
+        assert_eq!(got["downstream_keys"][0]["error"]["reason"], "not-uuid");
     }
 
     #[test]

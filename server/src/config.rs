@@ -47,6 +47,9 @@ pub enum Command {
     /// layer (a conformance fixture for third-party suites; part of the
     /// binary, not of the library).
     Fixture(FixtureArgs),
+    /// Serve the payment provider simulator (tests and the demo): charges
+    /// behind the idempotency layer, with fault switches.
+    Provider(crate::payments::provider::ProviderArgs),
 }
 
 /// `account` subcommands.

@@ -61,6 +61,15 @@
 //! # }
 //! ```
 //!
+//! # Effects outside the database
+//! An effect the transaction cannot hold (an e-mail, a call to another
+//! service) goes in the outbox from the closure, with [`pg_enqueue`] or
+//! [`sqlite_enqueue`] on the open transaction: it is delivered only if the
+//! transaction commits, and only once per key (a replay runs no closure).
+//! A [`crate::outbox::Worker`] with your delivery function delivers it, at
+//! least once; send it with [`crate::db::outbox::OutboxMessage::downstream_key`]
+//! so the receiver can deduplicate the repeats (`server/examples/outbox.rs`).
+//!
 //! # Behind PgBouncer (transaction pooling)
 //! The transaction keeps one server connection from `BEGIN` to `COMMIT`,
 //! so the closure's statements work as usual (`tx.execute("…", …)`
@@ -71,6 +80,9 @@
 //! `client` may be a connection of [`crate::db::PgDb::pool`]
 //! (`&mut object` derefs to the `tokio_postgres::Client`). The database must
 //! be migrated ([`crate::db::Db::open`] does it).
+
+pub use crate::db::postgres::enqueue as pg_enqueue;
+pub use crate::db::sqlite::enqueue as sqlite_enqueue;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -54,6 +54,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Outbox(command) => outbox_cli::outbox(command).await,
         Command::Account(command) => admin::account(command).await,
         Command::Token(command) => admin::token(command).await,
+        Command::Provider(args) => idemkey_server::payments::provider::run(args).await,
     }
 }
 

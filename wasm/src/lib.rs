@@ -2,7 +2,8 @@
 //!
 //! The browser's (and Node's) view of `idemkey-core`, through wasm-bindgen:
 //! a new key from the platform CSPRNG, key parsing under a profile, request
-//! fingerprints, order validation and the client retry policy. It only
+//! fingerprints, order validation, derived downstream keys and the client
+//! retry policy. It only
 //! converts between JavaScript values and the core's types; every rule lives
 //! in the core, so a browser computes exactly what the server computes. The
 //! clock is read in one place ([`retry_step`], through `Date.now()`), and
@@ -51,8 +52,8 @@ export interface RetryStep { action: "wait" | "stop" | "reconcile" | "done"; del
 export interface RetryPolicy { baseMs: number; capMs: number; maxAttempts: number }
 /** An RFC 9457 problem document as sent by idemkey (read it with JSON.parse). */
 export interface Problem { type: string; title: string; status: number; detail: string; code: string; retry_after?: number; lookup?: string; errors?: { pointer: string; detail: string }[] }
-/** A validated order, with its fingerprint. */
-export interface ValidOrder { sku: string; quantity: number; fingerprint: string }
+/** A validated order, with its fingerprint; `reference` only when the body had one. */
+export interface ValidOrder { sku: string; quantity: number; reference?: string; fingerprint: string }
 "#;
 
 /// `newKey(): string`: a UUIDv4 key from `crypto.getRandomValues`, in header
@@ -76,6 +77,12 @@ pub fn parse_key(
     IdempotencyKey::parse(header_value.as_bytes(), profile)
         .map(|key| key.as_str().to_owned())
         .map_err(key_error)
+}
+
+fn parse_operation(operation: &str) -> Result<OperationId, JsValue> {
+    OperationId::new(operation).map_err(|_| {
+        invalid_argument("operation must be printable ASCII ending in :v<N>, e.g. POST /orders:v1")
+    })
 }
 
 fn parse_profile(profile: &str) -> Result<KeyProfile, JsValue> {
@@ -116,9 +123,7 @@ pub fn fingerprint(
     operation: &str,
     #[wasm_bindgen(js_name = payloadJson)] payload_json: &str,
 ) -> Result<String, JsValue> {
-    let operation = OperationId::new(operation).map_err(|_| {
-        invalid_argument("operation must be printable ASCII ending in :v<N>, e.g. POST /orders:v1")
-    })?;
+    let operation = parse_operation(operation)?;
     // What `Fingerprint::of_json` does, but parsed from bytes like
     // `NewOrder::from_json`, so the module holds one JSON reader, not two.
     let payload: serde_json::Value = serde_json::from_slice(payload_json.as_bytes())
@@ -142,6 +147,8 @@ pub fn validate_order(json: &str) -> Result<JsValue, JsValue> {
     struct ValidOrder<'a> {
         sku: &'a str,
         quantity: u8,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reference: Option<&'a str>,
         fingerprint: String,
     }
     let order = NewOrder::from_json(json.as_bytes()).map_err(|problem| {
@@ -152,9 +159,31 @@ pub fn validate_order(json: &str) -> Result<JsValue, JsValue> {
     let out = ValidOrder {
         sku: &order.sku,
         quantity: order.quantity,
+        reference: order.reference.as_deref(),
         fingerprint: order.fingerprint().to_hex(),
     };
     Ok(to_js(&out))
+}
+
+/// `downstreamKey(scope, operation, keyHeader, profile, effect)`: the key an
+/// effect outside the transaction (e.g. `charge`) is sent to its provider
+/// with, for the request identified by `scope` (the account id), the
+/// operation and the `Idempotency-Key` field value `keyHeader` parsed under
+/// `profile`: a lowercase hyphenated UUIDv8, the same in every process and
+/// on every delivery (the core's `downstream_key`). Throws like `parseKey`.
+#[cfg(feature = "downstream-key")]
+#[wasm_bindgen(js_name = downstreamKey)]
+pub fn downstream_key_js(
+    scope: &str,
+    operation: &str,
+    #[wasm_bindgen(js_name = keyHeader)] key_header: &str,
+    #[wasm_bindgen(unchecked_param_type = r#""strict" | "lenient" | "uuid""#)] profile: &str,
+    effect: &str,
+) -> Result<String, JsValue> {
+    let operation = parse_operation(operation)?;
+    let key =
+        IdempotencyKey::parse(key_header.as_bytes(), parse_profile(profile)?).map_err(key_error)?;
+    Ok(idemkey_core::downstream_key(scope, &operation, &key, effect).to_string())
 }
 
 /// `retryStep(attempt, outcome, random, policy?)`: what the client does after

@@ -1,5 +1,6 @@
 //! The shared vectors of what the browser package does not export (lookup
-//! states, replayed headers, the generic HTTP fingerprint) against
+//! states, replayed headers, the generic HTTP fingerprint, derived downstream
+//! keys) against
 //! `idemkey-core` compiled to wasm32, in Node and in headless Chromium:
 //! the core runs in a JavaScript engine exactly as natively, without adding
 //! exports (and bytes) to the package. `scripts/test.d/50-wasm-browser.sh`
@@ -9,8 +10,8 @@
 #![cfg(target_arch = "wasm32")]
 
 use idemkey_core::{
-    DEFAULT_REPLAY_HEADERS, Fingerprint, LookupState, NEVER_REPLAYED_HEADERS, OperationId, Stored,
-    UnixMillis, is_replayed_header,
+    DEFAULT_REPLAY_HEADERS, Fingerprint, IdempotencyKey, KeyProfile, LookupState,
+    NEVER_REPLAYED_HEADERS, OperationId, Stored, UnixMillis, downstream_key, is_replayed_header,
 };
 use serde_json::Value;
 use wasm_bindgen_test::wasm_bindgen_test;
@@ -18,6 +19,7 @@ use wasm_bindgen_test::wasm_bindgen_test;
 const LOOKUPS: &str = include_str!("../../core/vectors/lookups.json");
 const REPLAY_HEADERS: &str = include_str!("../../core/vectors/replay_headers.json");
 const HTTP_FINGERPRINTS: &str = include_str!("../../core/vectors/http_fingerprints.json");
+const DOWNSTREAM_KEYS: &str = include_str!("../../core/vectors/downstream_keys.json");
 
 const MINIMUMS: &str = include_str!("../../core/vectors/minimums.json");
 
@@ -120,6 +122,39 @@ fn http_fingerprint_vectors() {
             &body,
         );
         assert_eq!(fp.to_hex(), str_of(case, "hex"), "{name}");
+        ran += 1;
+    }
+    assert_eq!(ran, count);
+}
+
+/// The core's derivation, and the Node build's `downstreamKey` export over it
+/// (the browser package leaves the export out; this file runs in Chromium).
+#[wasm_bindgen_test]
+fn downstream_key_vectors() {
+    let (doc, count) = load("downstream_keys.json", DOWNSTREAM_KEYS);
+    let mut ran = 0;
+    for case in doc["cases"].as_array().unwrap() {
+        let name = str_of(case, "name");
+        let (scope, effect) = (str_of(case, "scope"), str_of(case, "effect"));
+        let profile: KeyProfile = str_of(case, "profile").parse().unwrap();
+        let key = IdempotencyKey::parse(str_of(case, "key_header").as_bytes(), profile).unwrap();
+        let op = OperationId::new(str_of(case, "operation")).unwrap();
+        let derived = downstream_key(scope, &op, &key, effect);
+        assert_eq!(derived.as_str(), str_of(case, "uuid"), "{name}");
+        #[cfg(feature = "downstream-key")]
+        assert_eq!(
+            idemkey_wasm::downstream_key_js(
+                scope,
+                op.as_str(),
+                str_of(case, "key_header"),
+                str_of(case, "profile"),
+                effect,
+            )
+            .ok()
+            .as_deref(),
+            Some(str_of(case, "uuid")),
+            "{name}: downstreamKey"
+        );
         ran += 1;
     }
     assert_eq!(ran, count);

@@ -4,7 +4,8 @@
 //
 // Covered: keys.json (parseKey, and parseKeyLines where the build has it), fingerprints.json
 // (fingerprint), retry.json (retryStep), unknown.json (afterUnknown),
-// orders.json (validateOrder). Not
+// orders.json (validateOrder), downstream_keys.json (downstreamKey, Node
+// build only: the browser build leaves it out, feature downstream-key). Not
 // covered, because the browser package does not expose them: decisions.json
 // (the server decides) and problems.json (the server builds problems;
 // validateOrder's request-invalid bodies are checked byte for byte).
@@ -70,7 +71,7 @@ export function keyCases(wasm, keys) {
 /**
  * Runs every vector; returns one result per case: {suite, name, error?}.
  * @param {typeof import("../pkg/idemkey_wasm.js")} wasm
- * @param {{keys: any, fingerprints: any, retry: any, unknown?: any, orders: any}} vectors
+ * @param {{keys: any, fingerprints: any, retry: any, unknown?: any, orders: any, downstream_keys?: any}} vectors
  */
 export function runVectors(wasm, vectors) {
   const results = [];
@@ -130,8 +131,10 @@ export function runVectors(wasm, vectors) {
     run("orders", c.name, () => {
       if ("ok" in c) {
         const order = wasm.validateOrder(c.body);
-        expectEqual({ sku: order.sku, quantity: order.quantity }, c.ok, "order");
-        expectEqual(order.fingerprint, wasm.fingerprint(wasm.orderOperation(), c.body), "order fingerprint");
+        expectEqual({ sku: order.sku, quantity: order.quantity, reference: order.reference }, c.ok, "order");
+        if ("reference" in order && !("reference" in c.ok)) throw new Error("reference present without one sent");
+        expectEqual(order.fingerprint, c.fingerprint, "order fingerprint");
+        expectEqual(order.fingerprint, wasm.fingerprint(wasm.orderOperation(), c.body), "body fingerprint");
       } else {
         expectThrow(() => wasm.validateOrder(c.body), (err) => {
           expectEqual(err.code, "request-invalid", "code");
@@ -139,6 +142,13 @@ export function runVectors(wasm, vectors) {
           expectEqual(JSON.stringify(err.problem), c.problem, "problem body");
         }, "order");
       }
+    });
+  }
+  // Only builds with downstreamKey (the Node build) are given these vectors.
+  for (const c of vectors.downstream_keys?.cases ?? []) {
+    run("downstream_keys", c.name, () => {
+      const got = wasm.downstreamKey(c.scope, c.operation, c.key_header, c.profile, c.effect);
+      expectEqual(got, c.uuid, "downstream key");
     });
   }
   return results;

@@ -114,6 +114,8 @@ mod order;
 pub mod outbox;
 pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
 pub use order::{Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, PaymentState, Price};
+mod charges;
+pub use charges::{CHARGES_NEED_SQL, Charge, ChargeWrite, NewCharge};
 
 impl Db {
     /// Opens the database a URL names and applies pending migrations:

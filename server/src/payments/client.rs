@@ -307,6 +307,77 @@ mod tests {
         assert!(ProviderClient::new("http://x", "a b", Duration::from_secs(1)).is_err());
     }
 
+    /// What a response with this status, `Retry-After` and body comes to.
+    async fn outcome(status: u16, retry_after: Option<&str>, body: &str, lookup: bool) -> Attempt {
+        let mut response = axum::http::Response::builder().status(status);
+        if let Some(value) = retry_after {
+            response = response.header("retry-after", value);
+        }
+        let response = response.body(body.to_owned()).expect("a response");
+        classify(Ok(reqwest::Response::from(response)), lookup).await
+    }
+
+    #[tokio::test]
+    async fn statuses_are_classified_as_the_contract_says() {
+        let problem = |code: &str| format!(r#"{{"code":"{code}","detail":"d"}}"#);
+        assert_eq!(
+            outcome(201, None, r#"{"id":"ch_1"}"#, false).await,
+            Attempt::Charged {
+                charge_id: "ch_1".into()
+            }
+        );
+        assert!(matches!(
+            outcome(201, None, "{}", false).await,
+            Attempt::Uncertain { .. }
+        ));
+        assert_eq!(
+            outcome(404, None, &problem("not-found"), true).await,
+            Attempt::NotFound
+        );
+        assert_eq!(
+            outcome(404, None, &problem("not-found"), false).await,
+            Attempt::Declined {
+                reason: "not-found: d".into()
+            }
+        );
+        for (status, code) in [
+            (402, "payment-declined"),
+            (400, "request-invalid"),
+            (401, "unauthorized"),
+            (422, "idempotency-key-reused"),
+        ] {
+            assert_eq!(
+                outcome(status, None, &problem(code), false).await,
+                Attempt::Declined {
+                    reason: format!("{code}: d")
+                },
+                "{status}"
+            );
+        }
+        for status in [409, 429, 408, 425, 500, 502, 503, 504] {
+            assert_eq!(
+                outcome(status, Some("3"), &problem("x"), false).await,
+                Attempt::Retry {
+                    after: Some(Duration::from_secs(3)),
+                    reason: "x: d".into()
+                },
+                "{status}"
+            );
+        }
+        assert!(matches!(
+            outcome(503, Some("soon"), "", false).await,
+            Attempt::Retry { after: None, .. }
+        ));
+        assert!(matches!(
+            outcome(410, None, &problem("idempotency-key-expired"), false).await,
+            Attempt::Uncertain { .. }
+        ));
+        assert!(matches!(
+            outcome(302, None, "", false).await,
+            Attempt::Declined { .. }
+        ));
+    }
+
     #[test]
     fn reasons_come_from_the_problem() {
         let body = r#"{"code":"payment-declined","detail":"No."}"#;

@@ -318,6 +318,12 @@ impl Server {
         Self::spawn(&["fixture"], args, false, &[])
     }
 
+    /// Starts `idemkey-server provider` (the payment provider simulator) on
+    /// a free port with these flags.
+    pub fn provider(args: &[&str]) -> Self {
+        Self::spawn(&["provider"], args, false, &[])
+    }
+
     /// A fixture whose own clock is off by `offset` (see [`skewed_clock`]).
     pub fn fixture_skewed(args: &[&str], offset: &str) -> Self {
         Self::spawn(&["fixture"], args, false, &skewed_clock(offset))

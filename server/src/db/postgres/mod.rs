@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use super::{PoolStatus, StoreError};
 
 mod accounts;
+mod charges;
 mod conninfo;
 mod orders;
 mod outbox;
@@ -58,6 +59,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("migrations/0005_account_first_keys.sql"),
     ),
     (6, "payments", include_str!("migrations/0006_payments.sql")),
+    (
+        7,
+        "provider_charges",
+        include_str!("migrations/0007_provider_charges.sql"),
+    ),
 ];
 
 /// The limits of the migration transaction, in place of the request

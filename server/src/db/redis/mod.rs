@@ -45,6 +45,7 @@ use crate::idempotency::{Policy, Read, RecordKey};
 use idemkey_core::{IdempotencyKey, OperationId};
 use uuid::Uuid;
 
+mod charges;
 mod records;
 
 /// Why a Redis store refuses the order route and the account calls.

@@ -36,6 +36,7 @@ use tracing::{info, warn};
 use super::{PoolStatus, StoreError};
 
 mod accounts;
+mod charges;
 mod group_commit;
 mod orders;
 mod outbox;
@@ -71,6 +72,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0005_account_first_keys.sql"),
     ),
     (6, "payments", include_str!("migrations/0006_payments.sql")),
+    (
+        7,
+        "provider_charges",
+        include_str!("migrations/0007_provider_charges.sql"),
+    ),
 ];
 
 /// How long a call waits for the connection and another process's write

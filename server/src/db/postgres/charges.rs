@@ -1,0 +1,88 @@
+//! The payment provider's charges on PostgreSQL (see
+//! [`crate::db::Charge`]). Unnamed statements, one round trip each.
+
+use tokio_postgres::Row;
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use super::{PgDb, db_error};
+use crate::db::{Charge, ChargeWrite, NewCharge, StoreError, from_system_time};
+
+const INSERT_CHARGE: &str = include_str!("sql/insert_charge.sql");
+const CHARGE: &str = include_str!("sql/charge.sql");
+const CHARGES: &str = include_str!("sql/charges.sql");
+
+/// How often the insert runs again when a concurrent insert of the same key
+/// committed after its snapshot (so it neither inserted nor saw the row).
+const INSERT_TRIES: usize = 3;
+
+impl PgDb {
+    pub(in crate::db) async fn insert_charge(
+        &self,
+        charge: &NewCharge,
+    ) -> Result<ChargeWrite, StoreError> {
+        let client = self.client().await?;
+        let id = Uuid::new_v4();
+        for _ in 0..INSERT_TRIES {
+            let rows = client
+                .query_typed(
+                    INSERT_CHARGE,
+                    &[
+                        (&id, Type::UUID),
+                        (&charge.scope, Type::TEXT),
+                        (&charge.idempotency_key, Type::TEXT),
+                        (&charge.order_id, Type::UUID),
+                        (&charge.amount_cents, Type::INT8),
+                        (&charge.currency, Type::TEXT),
+                    ],
+                )
+                .await
+                .map_err(db_error)?;
+            if let Some(row) = rows.first() {
+                let created: bool = row.try_get("created").map_err(db_error)?;
+                let stored = charge_from_row(row)?;
+                return Ok(if created {
+                    ChargeWrite::Created(stored)
+                } else {
+                    ChargeWrite::Existing(stored)
+                });
+            }
+        }
+        Err(StoreError::Unavailable(
+            "the charge's key changed under every try".into(),
+        ))
+    }
+
+    pub(in crate::db) async fn charge(
+        &self,
+        scope: &str,
+        key: &str,
+    ) -> Result<Option<Charge>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(CHARGE, &[(&scope, Type::TEXT), (&key, Type::TEXT)])
+            .await
+            .map_err(db_error)?;
+        rows.first().map(charge_from_row).transpose()
+    }
+
+    pub(in crate::db) async fn charges(&self, scope: &str) -> Result<Vec<Charge>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(CHARGES, &[(&scope, Type::TEXT)])
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(charge_from_row).collect()
+    }
+}
+
+fn charge_from_row(row: &Row) -> Result<Charge, StoreError> {
+    Ok(Charge {
+        id: row.try_get("id").map_err(db_error)?,
+        idempotency_key: row.try_get("idempotency_key").map_err(db_error)?,
+        order_id: row.try_get("order_id").map_err(db_error)?,
+        amount_cents: row.try_get("amount_cents").map_err(db_error)?,
+        currency: row.try_get("currency").map_err(db_error)?,
+        created_at: from_system_time(row.try_get("created_at").map_err(db_error)?),
+    })
+}

@@ -1,0 +1,30 @@
+//! Redis holds no charges of the payment provider: every call is refused
+//! with [`CHARGES_NEED_SQL`].
+
+use super::RedisDb;
+use crate::db::{CHARGES_NEED_SQL, Charge, ChargeWrite, NewCharge, StoreError};
+
+fn refused() -> StoreError {
+    StoreError::Unavailable(CHARGES_NEED_SQL.into())
+}
+
+impl RedisDb {
+    pub(in crate::db) async fn insert_charge(
+        &self,
+        _: &NewCharge,
+    ) -> Result<ChargeWrite, StoreError> {
+        Err(refused())
+    }
+
+    pub(in crate::db) async fn charge(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<Charge>, StoreError> {
+        Err(refused())
+    }
+
+    pub(in crate::db) async fn charges(&self, _: &str) -> Result<Vec<Charge>, StoreError> {
+        Err(refused())
+    }
+}

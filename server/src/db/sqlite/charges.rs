@@ -1,0 +1,116 @@
+//! The payment provider's charges on SQLite (see [`crate::db::Charge`]).
+
+use idemkey_core::UnixMillis;
+use rusqlite::{OptionalExtension as _, Row, params};
+use uuid::Uuid;
+
+use super::{SqliteDb, immediate, sqlite_error};
+use crate::db::{Charge, ChargeWrite, NewCharge, StoreError};
+
+const INSERT_CHARGE: &str = include_str!("sql/insert_charge.sql");
+const CHARGE: &str = include_str!("sql/charge.sql");
+const CHARGES: &str = include_str!("sql/charges.sql");
+
+impl SqliteDb {
+    pub(in crate::db) async fn insert_charge(
+        &self,
+        charge: &NewCharge,
+    ) -> Result<ChargeWrite, StoreError> {
+        let charge = charge.clone();
+        self.with_conn(move |conn| {
+            let tx = immediate(conn)?;
+            let inserted = tx
+                .execute(
+                    INSERT_CHARGE,
+                    params![
+                        Uuid::new_v4().to_string(),
+                        charge.scope,
+                        charge.idempotency_key,
+                        charge.order_id.to_string(),
+                        charge.amount_cents,
+                        charge.currency,
+                    ],
+                )
+                .map_err(sqlite_error)?;
+            let stored = tx
+                .query_row(
+                    CHARGE,
+                    params![charge.scope, charge.idempotency_key],
+                    read_row,
+                )
+                .map_err(sqlite_error)?;
+            tx.commit().map_err(sqlite_error)?;
+            let stored = stored.into_charge()?;
+            Ok(if inserted == 1 {
+                ChargeWrite::Created(stored)
+            } else {
+                ChargeWrite::Existing(stored)
+            })
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn charge(
+        &self,
+        scope: &str,
+        key: &str,
+    ) -> Result<Option<Charge>, StoreError> {
+        let (scope, key) = (scope.to_owned(), key.to_owned());
+        self.with_conn(move |conn| {
+            conn.query_row(CHARGE, params![scope, key], read_row)
+                .optional()
+                .map_err(sqlite_error)?
+                .map(RawCharge::into_charge)
+                .transpose()
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn charges(&self, scope: &str) -> Result<Vec<Charge>, StoreError> {
+        let scope = scope.to_owned();
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(CHARGES).map_err(sqlite_error)?;
+            let rows = stmt
+                .query_map([scope], read_row)
+                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                .map_err(sqlite_error)?;
+            rows.into_iter().map(RawCharge::into_charge).collect()
+        })
+        .await
+    }
+}
+
+/// A row as SQLite stores it (ids as text).
+struct RawCharge {
+    id: String,
+    order_id: String,
+    charge: Charge,
+}
+
+fn read_row(row: &Row<'_>) -> rusqlite::Result<RawCharge> {
+    Ok(RawCharge {
+        id: row.get("id")?,
+        order_id: row.get("order_id")?,
+        charge: Charge {
+            id: Uuid::nil(),
+            idempotency_key: row.get("idempotency_key")?,
+            order_id: Uuid::nil(),
+            amount_cents: row.get("amount_cents")?,
+            currency: row.get("currency")?,
+            created_at: UnixMillis(u64::try_from(row.get::<_, i64>("created_at")?).unwrap_or(0)),
+        },
+    })
+}
+
+impl RawCharge {
+    fn into_charge(self) -> Result<Charge, StoreError> {
+        let uuid = |text: &str| {
+            Uuid::try_parse(text).map_err(|_| StoreError::Unavailable("an id is not a UUID".into()))
+        };
+        Ok(Charge {
+            id: uuid(&self.id)?,
+            order_id: uuid(&self.order_id)?,
+            ..self.charge
+        })
+    }
+}
