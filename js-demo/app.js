@@ -227,7 +227,7 @@ client.subscribe((event) => {
       log(`${short(op.id)} attempt ${op.attempts}: ${describe(event.outcome)} → ${next}${other}`);
       if (event.outcome.networkError || event.outcome.status) $("lose").checked = false;
       const conflict = event.outcome.status === 409 && referenceConflicts.get(row.key);
-      if (conflict && row.problem !== conflict) {
+      if (conflict && row.problem?.code !== conflict.code) {
         row.problem = conflict;
         log(`${short(op.id)} 409 order-reference-exists: order ${short(conflict.order ?? "?")} already has this reference; nothing was created`);
       }

@@ -168,6 +168,7 @@ test("a purchase reference used again gets 409 order-reference-exists, shown wit
     await link.click();
     assert.equal(new URL(page.url()).hash, `#order-${first}`);
     assert.deepEqual(page.errors, []);
+    await screenshot(page, "demo-reference-exists.png");
   } finally {
     await browser.close();
   }
