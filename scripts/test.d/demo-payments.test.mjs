@@ -182,3 +182,21 @@ test("the provider switch answers only the demo's own page", async () => {
   assert.equal(refused.status, 403);
   assert.equal((await refused.json()).code, "cross-site-request");
 });
+
+test("without a payment provider the switch answers 404 and the page says so", async () => {
+  const alone = await startServer();
+  const browser = await launch();
+  try {
+    const response = await fetch(`${alone.base}/demo/lose-next-charge-response`, { method: "POST" });
+    assert.equal(response.status, 404);
+    const page = await browser.context.newPage();
+    await page.goto(`${alone.base}/#token=${alone.account("pay-none")}`);
+    await page.locator("#account", { hasText: "Signed in" }).waitFor();
+    await page.click("#lose-charge");
+    await page.locator("#log li", { hasText: "no payment provider to switch" }).waitFor();
+    assert.ok(!(await page.locator("#lose-charge-state").isVisible()));
+  } finally {
+    await browser.close();
+    alone.stop();
+  }
+});
