@@ -9,6 +9,11 @@
 //
 // sw.js (a service worker) finishes operations left waiting for the network
 // after the tab is closed (Background Sync).
+//
+// The orders panel shows each order's amount, purchase reference and
+// payment (pending, then charged or failed, delivered by the server's outbox
+// worker to the payment provider), polling GET /orders every second while a
+// payment is pending.
 import { IdempotentClient } from "./pkg/idempotent-client.js";
 import init, { defaultRetryPolicy, orderOperation, validateOrder } from "./pkg/idemkey_wasm.js";
 import { SYNC_TAG, saveAccounts } from "./worker-accounts.js";
@@ -105,7 +110,28 @@ if (params.has("account")) sessionStorage.setItem(CURRENT_KEY, params.get("accou
 let current = accounts.find((a) => a.name === sessionStorage.getItem(CURRENT_KEY)) ?? accounts[0] ?? null;
 const auth = () => (current ? { Authorization: `Bearer ${current.token}` } : {});
 const fixedRandom = params.has("random") ? Number(params.get("random")) : null;
+/**
+ * 409 `order-reference-exists` answers, by the Idempotency-Key they answered:
+ * final (nothing was stored), shown on the operation's row with a link to
+ * the order that has the reference.
+ */
+const referenceConflicts = new Map();
+/** fetch, noting the reference conflicts that POST /orders answers. */
+async function noteConflicts(input, init) {
+  const response = await fetch(input, init);
+  if (init?.method === "POST" && response.status === 409) {
+    try {
+      const problem = await response.clone().json();
+      const key = new Headers(init.headers).get("Idempotency-Key");
+      if (problem?.code === "order-reference-exists" && key) referenceConflicts.set(key, problem);
+    } catch {
+      // not a problem document: the client's retry table decides
+    }
+  }
+  return response;
+}
 const client = await IdempotentClient.create({
+  fetch: noteConflicts,
   // Evaluated with `headers` before every request: an operation is only
   // ever sent with the token of the account that created it.
   scope: () => current?.scope ?? "",
@@ -153,7 +179,7 @@ function view(op) {
   if (typeof op.body === "string") {
     try {
       const body = JSON.parse(op.body);
-      Object.assign(row, { sku: body.sku, quantity: body.quantity });
+      Object.assign(row, { sku: body.sku, quantity: body.quantity, reference: body.reference });
     } catch {
       // a body that is not JSON: shown as "?"
     }
@@ -200,6 +226,11 @@ client.subscribe((event) => {
       const next = step.action === "wait" ? `wait ${step.delayMs} ms, then resend with the same key` : step.action;
       log(`${short(op.id)} attempt ${op.attempts}: ${describe(event.outcome)} → ${next}${other}`);
       if (event.outcome.networkError || event.outcome.status) $("lose").checked = false;
+      const conflict = event.outcome.status === 409 && referenceConflicts.get(row.key);
+      if (conflict && row.problem?.code !== conflict.code) {
+        row.problem = conflict;
+        log(`${short(op.id)} 409 order-reference-exists: order ${short(conflict.order ?? "?")} already has this reference; nothing was created`);
+      }
       break;
     }
     case "update":
@@ -243,6 +274,19 @@ function esc(text) {
 
 function short(id) {
   return id.length > 13 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id;
+}
+
+/** "59.80 EUR" from cents and a currency. */
+function money(cents, currency) {
+  return `${(cents / 100).toFixed(2)} ${currency}`;
+}
+
+/** A problem for the operations table; a reference conflict links to the order that has the reference. */
+function problemHtml(problem) {
+  if (problem.code === "order-reference-exists" && problem.order) {
+    return `<span class="problem">409 ${esc(problem.code)}: this reference is order <a class="existing-order" href="#order-${esc(problem.order)}">${esc(short(problem.order))}</a>; nothing was created</span>`;
+  }
+  return `<span class="problem">${esc(problem.title)}${problem.detail ? `: ${esc(problem.detail)}` : ""}</span>`;
 }
 
 /** A pending row of another account than this tab's: held, and shown without its contents. */
@@ -309,10 +353,12 @@ function render() {
     if (row.order) tr.dataset.order = row.order;
     const cells = [
       `<span class="key" title="${esc(row.key)}">${esc(short(row.id))}</span>`,
-      held ? "(another account's)" : `${esc(row.sku ?? "?")} × ${esc(row.quantity ?? "?")}`,
+      held
+        ? "(another account's)"
+        : `${esc(row.sku ?? "?")} × ${esc(row.quantity ?? "?")}${row.reference ? ` ref <code>${esc(row.reference)}</code>` : ""}`,
       esc(row.attempts ?? 0),
       `<span class="state-${esc(state)}">${esc(stateText({ ...row, state }))}</span>`,
-      row.order ? `order <code>${esc(short(row.order))}</code>` : row.problem ? `<span class="problem">${esc(row.problem.title)}: ${esc(row.problem.detail)}</span>` : "",
+      row.order ? `order <code>${esc(short(row.order))}</code>` : row.problem ? problemHtml(row.problem) : "",
     ];
     for (const html of cells) {
       const td = document.createElement("td");
@@ -329,7 +375,12 @@ function render() {
       const force = button(
         "Resend with quantity +1 (same key)",
         "What a buggy client does: another payload under the same key. The server answers 422.",
-        () => client.forceBody(row.id, { sku: row.sku, quantity: Math.min(20, (row.quantity ?? 1) + 1) }),
+        () =>
+          client.forceBody(row.id, {
+            sku: row.sku,
+            quantity: Math.min(20, (row.quantity ?? 1) + 1),
+            ...(row.reference ? { reference: row.reference } : {}),
+          }),
       );
       force.classList.add("force");
       actions.append(force);
@@ -347,12 +398,52 @@ function render() {
 
 /** How many orders the panel asks GET /orders for (the server caps `limit` at 100). */
 const ORDER_LIST_LIMIT = 100;
+/** How often the panel asks again while a payment is pending, and otherwise. */
+const PAYMENT_POLL_MS = 1000;
+const IDLE_POLL_MS = 3000;
+
+/** Each order's payment as last shown ("status attempts"), to log its changes. */
+const paymentsSeen = new Map();
+
+/** The payment part of an order's line. */
+function paymentHtml(payment) {
+  if (!payment) return "";
+  const tries = `${payment.attempts} attempt${payment.attempts === 1 ? "" : "s"}`;
+  switch (payment.status) {
+    case "charged":
+      return `<span class="pay-charged">charged</span> <code class="charge-id">${esc(payment.charge_id)}</code> (${tries})`;
+    case "failed":
+      return `<span class="pay-failed">payment failed</span>: <span class="reason">${esc(payment.reason)}</span> (${tries})`;
+    default:
+      return `<span class="pay-pending">payment pending</span> (${tries} so far)`;
+  }
+}
+
+/** Logs an order's payment when it changed since the last refresh. */
+function notePayment(order) {
+  const payment = order.payment;
+  if (!payment) return;
+  const seen = `${payment.status} ${payment.attempts}`;
+  const before = paymentsSeen.get(order.id);
+  paymentsSeen.set(order.id, seen);
+  if (before === undefined || before === seen) return;
+  const id = short(order.id);
+  if (payment.status === "charged") {
+    log(`order ${id}: charged ${payment.charge_id} after ${payment.attempts} attempt(s)${payment.attempts > 1 ? " (a lost or failed answer was retried with the same provider key, or looked up by it)" : ""}`);
+    $("lose-charge-state").hidden = true;
+  } else if (payment.status === "failed") {
+    log(`order ${id}: payment failed after ${payment.attempts} attempt(s): ${payment.reason}`);
+  } else {
+    log(`order ${id}: payment still pending after ${payment.attempts} attempt(s)`);
+  }
+}
 
 /**
- * The signed-in account's orders: GET /orders (newest first, `{"orders":[{id, sku, quantity, created_at}]}`)
- * when it answers 200, else the orders of this browser's keys (an older server without the list).
+ * The signed-in account's orders: GET /orders (newest first, `{"orders":[{id, sku, quantity, reference?,
+ * amount_cents, currency, created_at, payment}]}`) when it answers 200, else the orders of this browser's
+ * keys (an older server without the list). Returns whether a payment is pending.
  */
-async function refreshOrders() {
+async function loadOrders() {
   let orders = null;
   let source = `GET /orders: ${current?.name ?? "the account"}'s newest orders (up to ${ORDER_LIST_LIMIT})`;
   try {
@@ -385,10 +476,48 @@ async function refreshOrders() {
   ul.replaceChildren();
   for (const order of orders) {
     const li = document.createElement("li");
+    li.id = `order-${order.id}`;
     li.dataset.orderId = order.id;
-    li.innerHTML = `<code>${esc(order.id)}</code> ${esc(order.sku)} × ${esc(order.quantity)}`;
+    if (order.payment) {
+      li.dataset.payment = order.payment.status;
+      li.dataset.attempts = String(order.payment.attempts);
+    }
+    const amount = Number.isInteger(order.amount_cents) && order.currency ? ` <span class="amount">${esc(money(order.amount_cents, order.currency))}</span>` : "";
+    const reference = order.reference ? ` ref <code class="reference">${esc(order.reference)}</code>` : "";
+    const payment = order.payment ? ` · ${paymentHtml(order.payment)}` : "";
+    li.innerHTML = `<code>${esc(order.id)}</code> ${esc(order.sku)} × ${esc(order.quantity)}${amount}${reference}${payment}`;
     ul.append(li);
+    notePayment(order);
   }
+  return orders.some((order) => order.payment?.status === "pending");
+}
+
+let refreshing = false;
+let refreshAgain = false;
+let refreshTimer = null;
+
+/** Refreshes the orders panel now (once at a time), then every second while a payment is pending. */
+async function refreshOrders() {
+  if (refreshing) {
+    refreshAgain = true;
+    return;
+  }
+  refreshing = true;
+  let pending = false;
+  try {
+    pending = await loadOrders();
+  } catch {
+    // the next refresh tries again
+  } finally {
+    refreshing = false;
+  }
+  clearTimeout(refreshTimer);
+  if (refreshAgain) {
+    refreshAgain = false;
+    refreshOrders();
+    return;
+  }
+  refreshTimer = setTimeout(refreshOrders, pending ? PAYMENT_POLL_MS : IDLE_POLL_MS);
 }
 
 $("switch-account").addEventListener("change", async (event) => {
@@ -416,9 +545,25 @@ $("lose").addEventListener("change", async (event) => {
   }
 });
 
+$("lose-charge").addEventListener("click", async () => {
+  let response = null;
+  try {
+    response = await fetch("/demo/lose-next-charge-response", { method: "POST", cache: "no-store" });
+  } catch {
+    // the server is away
+  }
+  if (response?.ok) {
+    $("lose-charge-state").hidden = false;
+    log("armed: the payment provider charges the next order, then loses its answer; the delivery worker looks the charge up by its key");
+  } else {
+    log("no payment provider to switch (start the demo with ./scripts/run.sh, or serve --demo --payments-url)");
+  }
+});
+
 $("buy-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  const body = JSON.stringify({ sku: $("sku").value, quantity: Number($("quantity").value) });
+  const reference = $("reference").value.trim();
+  const body = JSON.stringify({ sku: $("sku").value, quantity: Number($("quantity").value), ...(reference ? { reference } : {}) });
   try {
     // The core's contract, checked before a key is spent on a bad order.
     validateOrder(body);
@@ -437,5 +582,4 @@ for (const op of await client.pending()) view(op);
 render();
 refreshOrders();
 client.resumePending().catch((err) => log(`error: ${err.message}`));
-setInterval(refreshOrders, 3000);
 window.idemkeyDemo = { client, rows, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name };

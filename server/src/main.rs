@@ -183,7 +183,14 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         expiry_policy = args.expiry_policy.as_str(),
         "listening on http://{local}"
     );
-    let router = app(state).layer(axum::Extension(demo_accounts));
+    let mut router = app(state).layer(axum::Extension(demo_accounts));
+    // Demo mode's switch on the provider forwards with the payments secret.
+    if let (true, Some(url)) = (args.demo, &args.outbox.payments_url) {
+        let token = args.outbox.payments_token.as_deref().unwrap_or_default();
+        router = router.layer(axum::Extension(idemkey_server::routes::DemoProvider::new(
+            url, token,
+        )?));
+    }
     let limits = args.limits();
     serve::serve_with(
         listener,

@@ -19,7 +19,14 @@ impl Site {
     }
 
     fn serve(&self, env: &Env) -> Server {
-        env.serve(&["--demo", "--demo-dir", &self.0.display().to_string()])
+        self.serve_with(env, &[])
+    }
+
+    fn serve_with(&self, env: &Env, extra: &[&str]) -> Server {
+        let dir = self.0.display().to_string();
+        let mut args = vec!["--demo", "--demo-dir", dir.as_str()];
+        args.extend_from_slice(extra);
+        env.serve(&args)
     }
 }
 
@@ -153,6 +160,10 @@ async fn cross_site_requests_to_the_demo_are_refused(backend: Backend) {
     for headers in foreign {
         for (method, url) in [
             ("POST", switch.clone()),
+            (
+                "POST",
+                format!("{}/demo/lose-next-charge-response", server.base),
+            ),
             ("GET", format!("{}/demo/tokens", server.base)),
             ("GET", format!("{}/demo/token", server.base)),
         ] {
@@ -234,7 +245,86 @@ async fn the_previous_starts_demo_tokens_are_revoked(backend: Backend) {
     );
 }
 
+/// The secret of the provider in the charge switch's test.
+const PROVIDER_SECRET: &str = "demo-provider-secret";
+
+/// `POST /demo/lose-next-charge-response` from the page (no credentials).
+async fn arm_charge_switch(server: &Server) -> common::Reply {
+    let response = server
+        .client
+        .post(format!("{}/demo/lose-next-charge-response", server.base))
+        .send()
+        .await
+        .expect("send");
+    common::Reply::from(response).await
+}
+
+/// The page's "lose the provider's next answer": the server forwards to the
+/// provider's switch with its payments secret (404 without a provider, 503
+/// when the provider refuses the secret); the next charge commits at the
+/// provider and its answer is lost, the worker reconciles, and the order
+/// ends charged with exactly one charge.
+async fn the_charge_switch_arms_the_provider_and_the_order_is_charged_once(backend: Backend) {
+    let env = Env::new(backend);
+    let site = Site::new();
+    let provider = Server::provider(&["--database-url", &env.url, "--token", PROVIDER_SECRET]);
+    let with_secret = |secret: &str| {
+        site.serve_with(
+            &env,
+            &["--payments-url", &provider.base, "--payments-token", secret],
+        )
+    };
+    let alone = site.serve(&env);
+    arm_charge_switch(&alone)
+        .await
+        .assert_problem(404, "not-found");
+    drop(alone);
+    let refused = with_secret("not-the-secret");
+    arm_charge_switch(&refused)
+        .await
+        .assert_problem(503, "service-unavailable");
+    drop(refused);
+
+    let server = with_secret(PROVIDER_SECRET);
+    let token = demo_tokens(&server).await[0].1.clone();
+    let armed = arm_charge_switch(&server).await;
+    assert_eq!(
+        (armed.status, armed.body.as_str()),
+        (200, r#"{"armed":true}"#)
+    );
+    let created = server.post_order(&token, &new_key(), BODY).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let payment = loop {
+        let payment = server.get(&token, &format!("/orders/{id}")).await.json()["payment"].clone();
+        if payment["status"] != "pending" {
+            break payment;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still pending: {payment}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(payment["status"], "charged", "{payment}");
+    assert!(
+        payment["attempts"].as_u64().unwrap() >= 2,
+        "the lost answer cost an attempt: {payment}"
+    );
+    let charges = provider.get(PROVIDER_SECRET, "/charges").await.json();
+    let of_order: Vec<_> = charges["charges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["order_id"] == id.as_str())
+        .collect();
+    assert_eq!(of_order.len(), 1, "{charges}");
+    assert_eq!(of_order[0]["id"], payment["charge_id"]);
+}
+
 on_each_backend!(
+    the_charge_switch_arms_the_provider_and_the_order_is_charged_once,
     an_existing_account_named_demo_gets_no_token,
     cross_site_requests_to_the_demo_are_refused,
     the_previous_starts_demo_tokens_are_revoked,

@@ -14,6 +14,28 @@ const targetDir = process.env.CARGO_TARGET_DIR ?? join(root, "target");
 export const serverBin = process.env.IDEMKEY_SERVER_BIN ?? join(targetDir, "debug", "idemkey-server");
 
 /**
+ * The base URL that a starting `idemkey-server` child (`serve`, `provider`)
+ * logs ("listening on http://127.0.0.1:PORT"); `output.text` collects what
+ * it printed, also later.
+ */
+export function listeningOn(child, what, output = { text: "" }) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what} did not start:\n${output.text}`)), 30000);
+    const read = (chunk) => {
+      output.text += chunk;
+      const m = output.text.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    };
+    child.stdout.on("data", read);
+    child.stderr.on("data", read);
+    child.on("exit", (code) => reject(new Error(`${what} exited with ${code}:\n${output.text}`)));
+  });
+}
+
+/**
  * Starts the server in demo mode serving `demoDir` (default js-demo/) at /.
  * `extra` are more `serve` arguments.
  */
@@ -25,21 +47,8 @@ export async function startServer({ demoDir = join(root, "js-demo"), extra = [] 
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, NO_COLOR: "1", RUST_LOG: "info" },
   });
-  let seen = "";
-  const base = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${seen}`)), 30000);
-    const read = (chunk) => {
-      seen += chunk;
-      const m = seen.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    };
-    child.stdout.on("data", read);
-    child.stderr.on("data", read);
-    child.on("exit", (code) => reject(new Error(`server exited with ${code}:\n${seen}`)));
-  });
+  const output = { text: "" };
+  const base = await listeningOn(child, "server", output);
 
   function sql(query, ...args) {
     const script = "import sqlite3,sys,json; c=sqlite3.connect(sys.argv[1]); print(json.dumps(c.execute(sys.argv[2], sys.argv[3:]).fetchall()))";
@@ -62,7 +71,7 @@ export async function startServer({ demoDir = join(root, "js-demo"), extra = [] 
     /** The demo accounts' tokens, as the server printed them: {demo, "demo-b"}. */
     demoTokens() {
       const tokens = {};
-      for (const m of seen.matchAll(/^(demo(?:-b)?) account token: (\S+)$/gm)) tokens[m[1]] = m[2];
+      for (const m of output.text.matchAll(/^(demo(?:-b)?) account token: (\S+)$/gm)) tokens[m[1]] = m[2];
       return tokens;
     },
     stop() {

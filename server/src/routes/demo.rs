@@ -1,5 +1,7 @@
 //! Demo mode's endpoints (`/demo/*`): the one-shot "lose the next response"
-//! switch and the demo accounts' tokens, for the page served next to them.
+//! switches (the server's own, and the payment provider's through
+//! [`super::demo_provider`]) and the demo accounts' tokens, for the page
+//! served next to them.
 //! They need no authentication, so they answer only the demo's own page: a
 //! server in demo mode listens on a loopback address only (checked at
 //! start-up), and every `/demo/*` request must name a loopback host (no DNS
@@ -24,6 +26,10 @@ use crate::problems::problem_response;
 pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/demo/lose-next-response", post(lose_next_response))
+        .route(
+            "/demo/lose-next-charge-response",
+            post(super::demo_provider::lose_next_charge_response),
+        )
         .route("/demo/token", get(demo_token))
         .route("/demo/tokens", get(demo_tokens))
         .route_layer(axum::middleware::from_fn(refuse_cross_site))

@@ -15,10 +15,12 @@ use crate::db::{Authed, TokenHash};
 use crate::problems::{ApiError, problem_response};
 
 mod demo;
+mod demo_provider;
 mod operations;
 mod orders;
 
 pub use demo::{DemoAccounts, same_origin};
+pub use demo_provider::DemoProvider;
 pub use operations::{lookup_path, lookup_segment_pattern};
 pub use orders::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 
