@@ -298,6 +298,9 @@ async fn run_op(shared: &Shared, rng: &mut Rng) -> OpHistory {
                         .retry_after
                         .as_deref()
                         .and_then(|v| parse_retry_after(v, now_millis())),
+                    code: idemkey_core::Problem::from_json(&a.body)
+                        .and_then(|p| p.code)
+                        .and_then(|c| idemkey_core::ProblemCode::from_code(&c)),
                 },
             };
             let (status, replayed, body) = (a.status, a.replayed, a.body.clone());

@@ -105,6 +105,14 @@ impl ProblemCode {
         }
     }
 
+    /// Whether a resend of the same request can never get another answer:
+    /// the request conflicts with the business's own state for good (an
+    /// order reference that exists), though its status (409) is one a
+    /// client otherwise retries. The retry policy stops on it.
+    pub const fn is_final(self) -> bool {
+        matches!(self, Self::OrderReferenceExists)
+    }
+
     /// Parses a code string; `None` for an unknown code.
     pub fn from_code(code: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_str() == code)

@@ -9,6 +9,7 @@
 //! |---|---|
 //! | 2xx or 3xx | [`RetryStep::Done`] |
 //! | network error, 408, 409, 425, 429, 500, 502, 503, 504 | [`RetryStep::Wait`] within the budget, then [`RetryStep::Reconcile`] |
+//! | one of those with a problem code that no resend changes ([`ProblemCode::is_final`], e.g. 409 `order-reference-exists`) | [`RetryStep::Stop`] |
 //! | 410 | [`RetryStep::Reconcile`] |
 //! | any other 4xx or 5xx (400, 401, 403, 404, 413, 415, 422, ...) | [`RetryStep::Stop`] |
 //!
@@ -18,6 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::decision::UnixMillis;
+use crate::problem::ProblemCode;
 
 /// Retry parameters. The defaults: base 250 ms, cap 30 s, 8 attempts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +57,11 @@ pub enum AttemptOutcome {
         /// The server's `Retry-After`, in milliseconds.
         #[serde(rename = "retryAfterMs")]
         retry_after_ms: Option<u64>,
+        /// The problem's `code`, when the body was an RFC 9457 problem with
+        /// a code the core knows: a 409 is "in progress, wait" or "exists
+        /// for good, stop" by its code, not by its status.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<ProblemCode>,
     },
 }
 
@@ -83,9 +90,9 @@ impl RetryPolicy {
     /// ```
     /// use idemkey_core::{AttemptOutcome, RetryPolicy, RetryStep};
     /// let policy = RetryPolicy::default();
-    /// let busy = AttemptOutcome::Response { status: 409, retry_after_ms: Some(2_000) };
+    /// let busy = AttemptOutcome::Response { status: 409, retry_after_ms: Some(2_000), code: None };
     /// assert_eq!(policy.step(1, busy, 0.0), RetryStep::Wait { delay_ms: 2_000 });
-    /// let reused = AttemptOutcome::Response { status: 422, retry_after_ms: None };
+    /// let reused = AttemptOutcome::Response { status: 422, retry_after_ms: None, code: None };
     /// assert_eq!(policy.step(1, reused, 0.5), RetryStep::Stop);
     /// ```
     pub fn step(&self, attempt: u32, outcome: AttemptOutcome, random: f64) -> RetryStep {
@@ -94,9 +101,11 @@ impl RetryPolicy {
             AttemptOutcome::Response {
                 status,
                 retry_after_ms,
+                code,
             } => match status {
                 200..=399 => return RetryStep::Done,
                 410 => return RetryStep::Reconcile,
+                _ if code.is_some_and(ProblemCode::is_final) => return RetryStep::Stop,
                 408 | 409 | 425 | 429 | 500 | 502 | 503 | 504 => retry_after_ms,
                 _ => return RetryStep::Stop,
             },

@@ -182,7 +182,7 @@ proptest! {
         let outcome = if status == 0 {
             AttemptOutcome::NetworkError
         } else {
-            AttemptOutcome::Response { status, retry_after_ms: retry_after }
+            AttemptOutcome::Response { status, retry_after_ms: retry_after, code: None }
         };
         match policy.step(attempt, outcome, random) {
             RetryStep::Wait { delay_ms } => {

@@ -430,7 +430,11 @@ def retry_cases():
         cases.append({"name": name, "attempt": attempt, "outcome": outcome, "random": random,
                       "step": step})
 
-    resp = lambda s, ra=None: {"kind": "response", "status": s, "retryAfterMs": ra}  # noqa: E731
+    def resp(s, ra=None, code=None):
+        out = {"kind": "response", "status": s, "retryAfterMs": ra}
+        if code is not None:
+            out["code"] = code
+        return out
     net = {"kind": "networkError"}
     case("201 is done", 1, resp(201), 0.5, {"action": "done"})
     case("replayed 201 is done", 3, resp(201), 0.5, {"action": "done"})
@@ -448,6 +452,10 @@ def retry_cases():
     case("budget exhausted: reconcile", 8, net, 0.5, {"action": "reconcile"})
     case("budget exhausted on 503: reconcile", 8, resp(503, 1_000), 0.5, {"action": "reconcile"})
     case("410 reconciles at once", 1, resp(410), 0.5, {"action": "reconcile"})
+    case("409 in progress, by its code, waits", 1, resp(409, 1_000, "idempotency-request-in-progress"),
+         0.1, {"action": "wait", "delayMs": 1_000})
+    case("409 order-reference-exists stops: no resend changes it", 1,
+         resp(409, None, "order-reference-exists"), 0.5, {"action": "stop"})
     for status in (400, 401, 403, 404, 413, 415, 422):
         case(f"{status} stops: the request must change", 1, resp(status), 0.5, {"action": "stop"})
     return {"policy": policy, "cases": cases}

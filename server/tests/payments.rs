@@ -273,3 +273,51 @@ async fn two_worker_processes_on_postgres_deliver_500_messages_each_once() {
         assert_eq!(amounts.get(order), Some(amount), "{order}");
     }
 }
+
+#[tokio::test]
+async fn a_dead_letter_is_listed_and_sent_back_by_the_operator() {
+    let (env, provider_env) = (Env::new(Backend::Sqlite), Env::new(Backend::Sqlite));
+    let token = env.account("shop");
+    // A provider that fails every charge (503): the budget of 2 runs out.
+    let failing = provider(&provider_env, &["--fail-rate", "1"]);
+    let mut flags = payments_flags(&failing);
+    flags.extend(["--outbox-max-attempts", "2"].map(str::to_owned));
+    let server = env.serve(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let id = server.post_order(&token, &new_key(), BODY).await.json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    eventually("the payment gives up", async || {
+        payment(&server, &token, &id).await["status"] == "failed"
+    })
+    .await;
+    let failed = payment(&server, &token, &id).await;
+    assert!(
+        failed["reason"].as_str().unwrap().contains("2 attempts"),
+        "{failed}"
+    );
+    assert!(server.metrics().await.contains("idemkey_outbox_dead 1"));
+    drop(server);
+    let (ok, listed, err) = env.cli(&["outbox", "list", "--status", "dead"]);
+    assert!(ok, "{err}");
+    let line = listed.lines().nth(1).expect("one dead letter");
+    assert!(
+        line.contains(&id) && line.contains("\tdead\t2\tcharge\t"),
+        "{listed}"
+    );
+    // The provider recovers; the operator sends the letter back.
+    drop(failing);
+    let healthy = provider(&provider_env, &[]);
+    let (ok, out, err) = env.cli(&["outbox", "retry", "--all-dead"]);
+    assert!(ok && out.contains("1 message"), "{out}{err}");
+    let flags = payments_flags(&healthy);
+    let server = env.serve(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+    eventually("the order is charged", async || {
+        payment(&server, &token, &id).await["status"] == "charged"
+    })
+    .await;
+    assert_eq!(charges(&healthy).await.len(), 1);
+    // A retry of a letter that is not dead is refused.
+    let (ok, _, _) = env.cli(&["outbox", "retry", "1"]);
+    assert!(!ok);
+}

@@ -465,8 +465,18 @@ export class IdempotentClient {
     } catch {
       return { outcome: { networkError: true } };
     }
+    // The problem's code decides between "wait" and "stop" where the
+    // status alone cannot (409 in progress against 409 reference exists).
+    let code = null;
+    if ((response.headers.get("Content-Type") ?? "").startsWith("application/problem+json")) {
+      try {
+        code = JSON.parse(text).code ?? null;
+      } catch {
+        code = null;
+      }
+    }
     return {
-      outcome: { status: response.status, retryAfter: response.headers.get("Retry-After") },
+      outcome: { status: response.status, retryAfter: response.headers.get("Retry-After"), code },
       response,
       text,
     };

@@ -30,7 +30,8 @@
 
 use idemkey_core::{
     AttemptOutcome, Fingerprint, FingerprintError, IdempotencyKey, KeyError, KeyProfile, NewOrder,
-    ORDER_OPERATION, OperationId, RetryPolicy, UnixMillis, UnknownProfile, parse_retry_after,
+    ORDER_OPERATION, OperationId, ProblemCode, RetryPolicy, UnixMillis, UnknownProfile,
+    parse_retry_after,
 };
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
@@ -43,7 +44,7 @@ static ALLOCATOR: lol_alloc::LockedAllocator<lol_alloc::FreeListAllocator> =
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
 /** What one attempt produced: a response (status and its Retry-After header, if any) or a network error. */
-export interface RetryOutcome { status?: number; retryAfter?: string | null; retryAfterMs?: number | null; networkError?: boolean }
+export interface RetryOutcome { status?: number; retryAfter?: string | null; retryAfterMs?: number | null; code?: string | null; networkError?: boolean }
 /** After a lookup answered `unknown`: resend the same key after `delayMs` (inside the replay window), or hand the operation to the application (past it). */
 export interface UnknownStep { action: "resend" | "needsDecision"; delayMs?: number }
 /** The client's next step: wait and resend with the same key, stop (the request must change), reconcile (look the operation up) or done. */
@@ -238,12 +239,14 @@ pub fn default_retry_policy() -> JsValue {
 }
 
 /// The JavaScript shape of a retry outcome: `retryAfter` is the header's
-/// text, `retryAfterMs` an already measured wait (the header wins).
+/// text, `retryAfterMs` an already measured wait (the header wins), `code`
+/// the problem body's `code` if any.
 #[derive(Debug, Default)]
 struct Outcome {
     status: Option<u16>,
     retry_after: Option<String>,
     retry_after_ms: Option<u64>,
+    code: Option<String>,
     network_error: bool,
 }
 
@@ -263,6 +266,7 @@ impl Outcome {
             status,
             retry_after: get(value, "retryAfter").as_string(),
             retry_after_ms: number(value, "retryAfterMs")?,
+            code: get(value, "code").as_string(),
             network_error: get(value, "networkError").as_bool().unwrap_or(false),
         })
     }
@@ -276,6 +280,7 @@ impl Outcome {
                     Some(header) => parse_retry_after(&header, now()),
                     None => self.retry_after_ms,
                 },
+                code: self.code.as_deref().and_then(ProblemCode::from_code),
             },
             // No status means no response arrived.
             _ => AttemptOutcome::NetworkError,
@@ -386,7 +391,8 @@ mod tests {
             busy.into_core(|| UnixMillis(0)),
             AttemptOutcome::Response {
                 status: 409,
-                retry_after_ms: Some(2_000)
+                retry_after_ms: Some(2_000),
+                code: None,
             }
         );
         let measured = Outcome {
@@ -397,14 +403,16 @@ mod tests {
             measured.into_core(never),
             AttemptOutcome::Response {
                 status: 503,
-                retry_after_ms: Some(1_500)
+                retry_after_ms: Some(1_500),
+                code: None,
             }
         );
         assert_eq!(
             response(201).into_core(never),
             AttemptOutcome::Response {
                 status: 201,
-                retry_after_ms: None
+                retry_after_ms: None,
+                code: None,
             }
         );
     }
@@ -419,7 +427,8 @@ mod tests {
             o.into_core(|| UnixMillis(784_111_777_000)),
             AttemptOutcome::Response {
                 status: 503,
-                retry_after_ms: Some(3_000)
+                retry_after_ms: Some(3_000),
+                code: None,
             }
         );
     }

@@ -243,6 +243,7 @@ impl Worker {
                 AttemptOutcome::Response {
                     status: 503,
                     retry_after_ms: after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    code: None,
                 },
                 reason,
             ),
