@@ -470,6 +470,7 @@ fn outbox_list(bin: &Path, url: &str) -> String {
     for status in ["pending", "failed", "dead"] {
         match std::process::Command::new(bin)
             .args(["outbox", "list", "--status", status, "--database-url", url])
+            .env("RUST_LOG", "warn")
             .output()
         {
             Ok(o) => {
