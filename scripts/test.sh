@@ -196,6 +196,9 @@ run_tests() {
     fi
     # nextest does not run doctests.
     cargo test --workspace "${TEST_FEATURES[@]}" --doc || rc=$?
+    # The outbox example asserts its own walk-through (one mail for a lost
+    # answer); it runs as a library user would run it.
+    cargo run -q -p idemkey-server --example outbox || rc=$?
     return "$rc"
 }
 

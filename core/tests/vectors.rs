@@ -509,6 +509,14 @@ fn downstream_key_vectors() {
         let derived = downstream_key(str_of(case, "scope"), &op, &key, str_of(case, "effect"));
         assert_eq!(derived.to_string(), str_of(case, "uuid"), "{name}");
         assert_eq!(derived.as_str(), str_of(case, "uuid"), "{name}");
+        // The tuple as an outbox message stores it gives the same key.
+        let stored = idemkey_core::downstream_key_of(
+            str_of(case, "scope"),
+            str_of(case, "operation"),
+            str_of(case, "key"),
+            str_of(case, "effect"),
+        );
+        assert_eq!(stored, derived, "{name}: from the stored tuple");
         // The UUID is the digest's first 16 bytes with version and variant set.
         let digest = str_of(case, "sha256");
         let mut hex = derived.as_uuid().simple().to_string();

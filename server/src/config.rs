@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Apply pending migrations, then serve HTTP until SIGTERM or SIGINT.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply pending migrations and exit.
     Migrate(DatabaseArgs),
     /// Manage accounts.
@@ -400,7 +400,7 @@ mod tests {
         let Command::Serve(args) = cli.command else {
             panic!("serve")
         };
-        args
+        *args
     }
 
     #[test]

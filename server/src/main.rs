@@ -43,7 +43,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Serve(args) => run_serve(args).await,
+        Command::Serve(args) => run_serve(*args).await,
         Command::Migrate(database) => {
             open_store(&database, &cli_settings(&database)).await?;
             info!("migrations are up to date");

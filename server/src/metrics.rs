@@ -254,15 +254,23 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
 }
 
 /// `GET /metrics`.
+/// The longest a scrape waits for the outbox's figures.
+const OUTBOX_STATS_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 pub async fn show(State(state): State<AppState>) -> Response {
     let mut text = state.metrics().render(state.db());
     if let Some(cache) = state.replay_cache() {
         render_replay_cache(&mut text, cache.stats());
     }
+    // The outbox's figures come from the database; a scrape never waits
+    // long for them (a busy store leaves them out of this scrape).
     let stats = if state.db().lease_only() {
         None
     } else {
-        state.db().outbox_stats().await.ok()
+        tokio::time::timeout(OUTBOX_STATS_WAIT, state.db().outbox_stats())
+            .await
+            .ok()
+            .and_then(Result::ok)
     };
     state.outbox_metrics().render(&mut text, stats);
     if let Some((batches, orders)) = state.db().order_batches() {

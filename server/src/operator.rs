@@ -8,7 +8,8 @@
 //! filled into its `x-idempotency` member when it is served. Every
 //! constraint the server enforces on a request (the `Idempotency-Key`
 //! field's syntax and length under the running profile, the lookup path's
-//! key, the order body, `?limit=`) and the problem codes of each status are
+//! key, the order body with the catalogue's skus, `?limit=`) and the
+//! problem codes of each status are
 //! written into it from the core's constants and the routes' rules when it
 //! is built ([`openapi_document`]), so the published contract cannot be
 //! looser or stricter than the server; a test checks that the shipped file
@@ -23,8 +24,8 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use idemkey_core::{
-    KeyProfile, MAX_KEY_LEN, MAX_ORDER_BODY_BYTES, Problem, ProblemCode, QUANTITY_RANGE,
-    SKU_MAX_LEN, SKU_PATTERN,
+    CATALOGUE, CURRENCY, KeyProfile, MAX_KEY_LEN, MAX_ORDER_BODY_BYTES, Problem, ProblemCode,
+    QUANTITY_RANGE, REFERENCE_MAX_LEN, REFERENCE_PATTERN, SKU_MAX_LEN, SKU_PATTERN,
 };
 use serde_json::{Value, json};
 use tracing::warn;
@@ -109,13 +110,14 @@ pub fn openapi_document(settings: &Settings) -> Value {
 
 /// The response components of problem documents, by HTTP status: each
 /// one's schema pins `status` and lists the codes the core sends with it.
-pub const PROBLEM_RESPONSES: [(&str, u16); 11] = [
+pub const PROBLEM_RESPONSES: [(&str, u16); 12] = [
     ("BadRequest", 400),
     ("Unauthorized", 401),
+    ("PaymentRequired", 402),
     ("Forbidden", 403),
     ("NotFound", 404),
     ("MethodNotAllowed", 405),
-    ("InProgress", 409),
+    ("Conflict", 409),
     ("Expired", 410),
     ("PayloadTooLarge", 413),
     ("UnsupportedMediaType", 415),
@@ -141,17 +143,30 @@ fn write_constraints(doc: &mut Value, profile: KeyProfile) {
     doc["x-idempotency"]["keySyntax"]["maxLength"] = json!(MAX_KEY_LEN);
 
     let order = &mut doc["components"]["schemas"]["NewOrder"]["properties"];
+    // The enum is the seed catalogue: a schema-valid sku is one the server
+    // sells, so a client (or a contract fuzzer) that follows the document
+    // never gets the catalogue's 400.
+    let skus: Vec<&str> = CATALOGUE.iter().map(|(sku, _)| *sku).collect();
     order["sku"] = json!({
         "type": "string",
         "minLength": 1,
         "maxLength": SKU_MAX_LEN,
         "pattern": SKU_PATTERN,
+        "enum": skus,
+    });
+    order["reference"] = json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": REFERENCE_MAX_LEN,
+        "pattern": REFERENCE_PATTERN,
     });
     order["quantity"] = json!({
         "type": "integer",
         "minimum": QUANTITY_RANGE.start(),
         "maximum": QUANTITY_RANGE.end(),
     });
+    doc["components"]["schemas"]["Order"]["properties"]["currency"] =
+        json!({ "type": "string", "enum": [CURRENCY] });
     doc["x-idempotency"]["outcomes"]["413"] = json!(format!(
         "payload-too-large: the body is larger than {MAX_ORDER_BODY_BYTES} bytes."
     ));
@@ -234,6 +249,12 @@ pub fn advice(code: ProblemCode) -> &'static str {
         ProblemCode::MethodNotAllowed => "Use a method the resource supports (see /openapi.json).",
         ProblemCode::ServiceUnavailable => {
             "The outcome is unknown or the database failed. Wait Retry-After seconds, then retry with the same key and the same payload: the order is created at most once."
+        }
+        ProblemCode::OrderReferenceExists => {
+            "This account already has an order with this reference (a purchase reference is unique for ever, whatever the key's age); nothing was created and the key stays unused. The problem's order member is that order's id: look it up with GET /orders/{id} instead of ordering again. If you meant a new purchase, send a new reference."
+        }
+        ProblemCode::PaymentDeclined => {
+            "The payment provider refused the charge for the reason in detail; sending the same charge again is refused again. The order's payment shows failed with that reason."
         }
         _ => "See /openapi.json.",
     }
@@ -349,6 +370,19 @@ mod tests {
         assert_eq!(quantity["maximum"], *QUANTITY_RANGE.end());
         let sku = &doc["components"]["schemas"]["NewOrder"]["properties"]["sku"];
         assert_eq!(sku["pattern"], SKU_PATTERN);
+        let skus: Vec<&str> = CATALOGUE.iter().map(|(sku, _)| *sku).collect();
+        assert_eq!(
+            sku["enum"],
+            json!(skus),
+            "the sku enum is the core's catalogue"
+        );
+        let sku_rule = regex::Regex::new(SKU_PATTERN).unwrap();
+        assert!(skus.iter().all(|sku| sku_rule.is_match(sku)));
+        let reference = &doc["components"]["schemas"]["NewOrder"]["properties"]["reference"];
+        assert_eq!(reference["pattern"], REFERENCE_PATTERN);
+        assert_eq!(reference["maxLength"], REFERENCE_MAX_LEN);
+        let order = &doc["components"]["schemas"]["Order"];
+        assert_eq!(order["properties"]["currency"]["enum"], json!([CURRENCY]));
         assert_eq!(doc["x-idempotency"]["keySyntax"]["maxLength"], MAX_KEY_LEN);
     }
 

@@ -475,33 +475,66 @@ async fn the_published_constraints_are_what_the_routes_enforce() {
     );
     let longest = props["sku"]["maxLength"].as_u64().unwrap() as usize;
     let sku = schema_regex(&props["sku"]);
-    let cases = [
-        ("A".to_owned(), min - 1, 400),
-        ("A".to_owned(), min, 201),
-        ("A".to_owned(), max, 201),
-        ("A".to_owned(), max + 1, 400),
-        ("A".repeat(longest), min, 201),
-        ("A".repeat(longest + 1), min, 400),
-        ("a".to_owned(), min, 400),
+    let listed: Vec<&str> = props["sku"]["enum"]
+        .as_array()
+        .expect("the sku enum (the catalogue)")
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let reference = schema_regex(&props["reference"]);
+    let longest_reference = props["reference"]["maxLength"].as_u64().unwrap() as usize;
+    // (sku, quantity, reference, status): the bounds, every sku of the
+    // enum, a sku of the right shape outside it, and the reference's rule.
+    let mut cases = vec![
+        ("A".to_owned(), min - 1, None, 400),
+        ("A".to_owned(), min, None, 201),
+        ("A".to_owned(), max, None, 201),
+        ("A".to_owned(), max + 1, None, 400),
+        ("A".repeat(longest), min, None, 400),
+        ("A".repeat(longest + 1), min, None, 400),
+        ("a".to_owned(), min, None, 400),
+        (
+            "A".to_owned(),
+            min,
+            Some("r".repeat(longest_reference)),
+            201,
+        ),
+        (
+            "A".to_owned(),
+            min,
+            Some("r".repeat(longest_reference + 1)),
+            400,
+        ),
+        ("A".to_owned(), min, Some("PO 1".to_owned()), 400),
+        ("A".to_owned(), min, Some("po_2026.01-Z".to_owned()), 201),
     ];
-    for (i, (sku_value, quantity, status)) in cases.into_iter().enumerate() {
+    cases.extend(listed.iter().map(|s| (s.to_string(), min, None, 201)));
+    for (i, (sku_value, quantity, reference_value, status)) in cases.into_iter().enumerate() {
+        // What the document says of the body, then what the route answers.
+        let valid = sku.is_match(&sku_value)
+            && listed.contains(&sku_value.as_str())
+            && (min..=max).contains(&quantity)
+            && reference_value
+                .as_deref()
+                .is_none_or(|r| reference.is_match(r));
         assert_eq!(
-            sku.is_match(&sku_value),
-            sku_value != "a" && sku_value.len() <= longest
+            valid,
+            status == 201,
+            "{sku_value:?} x {quantity}, {reference_value:?}"
         );
-        let json = serde_json::json!({ "sku": sku_value, "quantity": quantity }).to_string();
+        let mut json = serde_json::json!({ "sku": sku_value, "quantity": quantity });
+        if let Some(value) = reference_value {
+            json["reference"] = value.into();
+        }
+        let json = json.to_string();
         let request = Request::post("/orders")
             .header("idempotency-key", format!("\"bounds-{i}\""))
             .header("content-type", "application/json")
             .header("authorization", format!("Bearer {TOKEN}"))
-            .body(Body::from(json))
+            .body(Body::from(json.clone()))
             .unwrap();
         let (response, text) = send(state, request).await;
-        assert_eq!(
-            response.status(),
-            status,
-            "{sku_value:?} x {quantity}: {text}"
-        );
+        assert_eq!(response.status(), status, "{json}: {text}");
     }
 
     // `?limit=`: the minimum, one below it, and a number of any size.

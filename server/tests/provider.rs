@@ -255,7 +255,7 @@ async fn a_failing_provider_answers_503_before_any_effect(backend: Backend) {
 
 async fn a_lost_response_is_uncertain_and_the_lookup_finds_one_charge(backend: Backend) {
     let env = Env::new(backend);
-    let server = provider(&env, &["--lose-rate", "1"]);
+    let server = provider(&env, &["--lose-rate", "1", "--lease", "5s"]);
     let a = client(&server, SECRET_A);
     let (k, order) = (key(), Uuid::new_v4());
     for _ in 0..2 {
@@ -471,7 +471,64 @@ async fn a_charge_committed_while_the_insert_waits_is_returned(backend: Backend)
     db.close();
 }
 
-on_postgres!(a_charge_committed_while_the_insert_waits_is_returned);
+/// PostgreSQL: a charge whose insert waits on a row lock is in progress, and
+/// a duplicate gets the layer's 409 with `Retry-After`, which the client
+/// turns into a retry honouring it. Nothing is charged twice.
+async fn a_duplicate_of_a_charge_in_progress_is_a_retry(backend: Backend) {
+    let env = Env::new(backend);
+    let server = provider(&env, &[]);
+    let a = client(&server, SECRET_A);
+    let (k, order) = (key(), Uuid::new_v4());
+    // Another transaction holds the key's row: the provider's insert waits.
+    let (mut other, connection) = tokio_postgres::connect(&env.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(connection);
+    let tx = other.transaction().await.expect("begin");
+    tx.execute(
+        "INSERT INTO provider_charges (id, scope, idempotency_key, order_id, amount_cents, currency) \
+         VALUES ($1, $2, $3, $4, 5980, 'EUR')",
+        &[&Uuid::new_v4(), &scope_of(SECRET_A), &k, &order],
+    )
+    .await
+    .expect("their insert");
+    let first = {
+        let (a, k) = (a.clone(), k.clone());
+        tokio::spawn(async move { a.charge(&k, order, 5980, "EUR").await })
+    };
+    common::eventually("the charge is in progress", async || {
+        common::count_in_flight(&env.url).await == 1
+    })
+    .await;
+    match a.charge(&k, order, 5980, "EUR").await {
+        Attempt::Retry {
+            after: Some(after),
+            reason,
+        } => {
+            assert!(after >= Duration::from_secs(1), "{after:?}");
+            assert!(
+                reason.starts_with("idempotency-request-in-progress"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected a retry, got {other:?}"),
+    }
+    tx.rollback().await.expect("rollback");
+    // The first either charged once the lock was gone, or gave up on it
+    // (`lock_timeout`) and released its claim: never a second charge.
+    match first.await.expect("join") {
+        Attempt::Charged { .. } | Attempt::Retry { .. } => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(env.count("provider_charges") <= 1);
+    drop(other);
+    let _ = task.await;
+}
+
+on_postgres!(
+    a_charge_committed_while_the_insert_waits_is_returned,
+    a_duplicate_of_a_charge_in_progress_is_a_retry,
+);
 
 on_each_backend!(
     concurrent_writes_of_one_key_make_one_charge,

@@ -113,7 +113,9 @@ mod accounts;
 mod order;
 pub mod outbox;
 pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
-pub use order::{Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, PaymentState, Price};
+pub use order::{
+    Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, PaymentState, Price, Refusal,
+};
 mod charges;
 pub use charges::{CHARGES_NEED_SQL, Charge, ChargeWrite, NewCharge};
 

@@ -124,12 +124,18 @@ pub struct OrderDraft {
 #[derive(Clone, Debug)]
 pub enum OrderAttempt {
     /// The engine decided: created, replayed or rejected.
-    Answered(OrderAnswer),
+    Answered(Box<OrderAnswer>),
+    /// The order's own rules refused it; nothing was stored.
+    Refused(Refusal),
+}
+
+/// Why a new order was refused before anything was stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
     /// The sku is not in the catalogue at the draft's price (unknown, or
-    /// its price changed since the caller read it). Nothing was stored.
+    /// its price changed since the caller read it).
     PriceChanged,
-    /// Another order of the account holds the reference (its id). Nothing
-    /// was stored.
+    /// Another order of the account holds the reference (its id).
     ReferenceTaken(Uuid),
 }
 
@@ -154,6 +160,6 @@ impl From<Outcome<()>> for OrderAnswer {
 
 impl From<Outcome<()>> for OrderAttempt {
     fn from(outcome: Outcome<()>) -> Self {
-        Self::Answered(outcome.into())
+        Self::Answered(Box::new(outcome.into()))
     }
 }

@@ -49,6 +49,7 @@ use tracing::{info, warn};
 
 pub use super::faults::LoseNext;
 use super::faults::{Faults, inject};
+use crate::config::parse_duration;
 use crate::db::{CHARGES_NEED_SQL, Charge, ChargeWrite, Db, NewCharge, PgSettings};
 use crate::layer::IdempotencyLayer;
 use crate::problems::{ApiError, problem_response};
@@ -134,6 +135,11 @@ pub struct ProviderArgs {
         default_value = "402"
     )]
     pub decline_amounts: Vec<i64>,
+    /// How long a charge request's claim holds its key before a retry may
+    /// take it over (a provider killed mid-request answers 409 to that key
+    /// until then).
+    #[arg(long, env = "IDEMKEY_PROVIDER_LEASE", default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
     /// Seed of the fault draws, to repeat a run's faults; a random seed
     /// (logged) without it.
     #[arg(long, env = "IDEMKEY_PROVIDER_FAULT_SEED")]
@@ -188,7 +194,8 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
         parts.extensions.get::<Caller>().map(|c| c.0.clone())
     })
     .operation(CHARGE_OPERATION)
-    .key_profile(KeyProfile::Lenient);
+    .key_profile(KeyProfile::Lenient)
+    .lease(args.lease);
     let lose_next = faults.lose_next();
     let arm = {
         let lose_next = lose_next.clone();

@@ -24,7 +24,8 @@ use uuid::Uuid;
 use super::{authed, json_response, lookup_path, rfc3339};
 use crate::auth::{bearer_hash, hash_token};
 use crate::db::{
-    AccountId, Order, OrderAttempt, OrderDraft, Payment, PaymentState, StoreError, TokenHash,
+    AccountId, Order, OrderAttempt, OrderDraft, Payment, PaymentState, Refusal, StoreError,
+    TokenHash,
 };
 use crate::faults::{self, Fault};
 use crate::idempotency::{
@@ -261,8 +262,8 @@ async fn create_order(
             token,
             state.db().create_order(token, &draft, &policy).await?,
         )? {
-            OrderAttempt::Answered(answer) => break (answer, draft, sent),
-            OrderAttempt::ReferenceTaken(existing) => {
+            OrderAttempt::Answered(answer) => break (*answer, draft, sent),
+            OrderAttempt::Refused(Refusal::ReferenceTaken(existing)) => {
                 return Ok((
                     "rejected",
                     problem_response(&Problem::order_reference_exists(existing)),
@@ -271,12 +272,12 @@ async fn create_order(
             // The price changed (or the sku went) since this process read
             // the catalogue: read it again and write the order at its
             // price; a catalogue that keeps changing is answered as busy.
-            OrderAttempt::PriceChanged if tries == 0 => {
+            OrderAttempt::Refused(Refusal::PriceChanged) if tries == 0 => {
                 tries += 1;
                 catalogue.reload(state.db()).await?;
                 price = catalogue.cached(&order.sku);
             }
-            OrderAttempt::PriceChanged => {
+            OrderAttempt::Refused(Refusal::PriceChanged) => {
                 return Err(Problem::service_unavailable(UNAVAILABLE_RETRY_AFTER_SECS).into());
             }
         }

@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::records::read_from_row;
 use super::{PgDb, PgPooler, db_error, run_in_transaction};
 use crate::db::{
-    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, Price, StoreError,
-    TokenHash, from_system_time, millis, to_system_time,
+    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, Price, Refusal,
+    StoreError, TokenHash, from_system_time, millis, to_system_time,
 };
 use crate::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Scope, Step};
 
@@ -136,13 +136,19 @@ impl PgDb {
                     )));
                 }
                 "unauthorized" => return Ok(Some(Authed::Unauthorized)),
-                "catalogue" => return Ok(Some(Authed::Ok(OrderAttempt::PriceChanged))),
+                "catalogue" => {
+                    return Ok(Some(Authed::Ok(OrderAttempt::Refused(
+                        Refusal::PriceChanged,
+                    ))));
+                }
                 "reference" => {
                     let id: Option<&str> = row.try_get("resource_id").map_err(db_error)?;
                     let id = id
                         .and_then(|id| Uuid::try_parse(id).ok())
                         .unwrap_or_default();
-                    return Ok(Some(Authed::Ok(OrderAttempt::ReferenceTaken(id))));
+                    return Ok(Some(Authed::Ok(OrderAttempt::Refused(
+                        Refusal::ReferenceTaken(id),
+                    ))));
                 }
                 _ => (account_of_row(row)?, read_from_row(row)?),
             },
@@ -161,10 +167,12 @@ impl PgDb {
         if let Step::Answer(answer) =
             idempotency::step(&read, &record_key, draft.fingerprint, policy)
         {
-            return Ok(Some(Authed::Ok(OrderAttempt::Answered(OrderAnswer {
-                outcome: answer.into(),
-                seen: Some((account, read)),
-            }))));
+            return Ok(Some(Authed::Ok(OrderAttempt::Answered(Box::new(
+                OrderAnswer {
+                    outcome: answer.into(),
+                    seen: Some((account, read)),
+                },
+            )))));
         }
         // The transactional path: a take-over or a re-execution (rare).
         let (order, response) = (draft.order.clone(), draft.response.clone());
@@ -205,8 +213,8 @@ impl PgDb {
                             .try_get("taken")
                             .map_err(|e| Refused::Store(db_error(e)))?;
                         return Err(Refused::Attempt(match taken {
-                            Some(id) => OrderAttempt::ReferenceTaken(id),
-                            None => OrderAttempt::PriceChanged,
+                            Some(id) => Refusal::ReferenceTaken(id),
+                            None => Refusal::PriceChanged,
                         }));
                     }
                     Ok(Done {
@@ -219,8 +227,8 @@ impl PgDb {
             .await;
         match outcome {
             Ok(outcome) => Ok(Some(Authed::Ok(outcome.into()))),
-            Err(idempotency::Error::Effect(Refused::Attempt(attempt))) => {
-                Ok(Some(Authed::Ok(attempt)))
+            Err(idempotency::Error::Effect(Refused::Attempt(refusal))) => {
+                Ok(Some(Authed::Ok(OrderAttempt::Refused(refusal))))
             }
             Err(
                 idempotency::Error::Effect(Refused::Store(err)) | idempotency::Error::Store(err),
@@ -312,7 +320,7 @@ impl PgDb {
 /// Why the transactional path's effect stored nothing.
 enum Refused {
     Store(StoreError),
-    Attempt(OrderAttempt),
+    Attempt(Refusal),
 }
 
 impl From<StoreError> for Refused {

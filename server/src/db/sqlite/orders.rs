@@ -9,8 +9,8 @@ use super::records::read_from_row;
 use super::transaction::run_in_savepoint;
 use super::{SqliteDb, SqliteRecords, sqlite_error};
 use crate::db::{
-    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, Price, StoreError,
-    TokenHash,
+    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, Price, Refusal,
+    StoreError, TokenHash,
 };
 use crate::idempotency::{self, Done, Outcome, Policy, Read, RecordKey, Scope};
 
@@ -47,7 +47,7 @@ fn account_of(conn: &Connection, token: TokenHash) -> Result<Option<AccountId>, 
 /// Why an order's effect stored nothing.
 enum Refused {
     Store(StoreError),
-    Attempt(OrderAttempt),
+    Attempt(Refusal),
 }
 
 impl From<rusqlite::Error> for Refused {
@@ -96,7 +96,7 @@ fn insert_order(
             .optional()?;
         if let Some(id) = taken {
             let id = Uuid::try_parse(&id).unwrap_or_default();
-            return Err(Refused::Attempt(OrderAttempt::ReferenceTaken(id)));
+            return Err(Refused::Attempt(Refusal::ReferenceTaken(id)));
         }
     }
     let amount = order.amount.as_ref().map_or(0, |(cents, _)| *cents);
@@ -112,7 +112,7 @@ fn insert_order(
         amount,
     ])?;
     if inserted == 0 {
-        return Err(Refused::Attempt(OrderAttempt::PriceChanged));
+        return Err(Refused::Attempt(Refusal::PriceChanged));
     }
     enqueue(
         conn,
@@ -153,8 +153,8 @@ fn create_order_in(
     });
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(idempotency::Error::Effect(Refused::Attempt(attempt))) => {
-            return Ok(Authed::Ok(attempt));
+        Err(idempotency::Error::Effect(Refused::Attempt(refusal))) => {
+            return Ok(Authed::Ok(OrderAttempt::Refused(refusal)));
         }
         Err(idempotency::Error::Effect(Refused::Store(err)) | idempotency::Error::Store(err)) => {
             return Err(err);
@@ -169,10 +169,10 @@ fn create_order_in(
         } => Some((account, SqliteRecords(tx).read_now(&key)?)),
         _ => None,
     };
-    Ok(Authed::Ok(OrderAttempt::Answered(OrderAnswer {
+    Ok(Authed::Ok(OrderAttempt::Answered(Box::new(OrderAnswer {
         outcome,
         seen,
-    })))
+    }))))
 }
 
 /// An order with its payment from a row of order.sql or recent_orders.sql.

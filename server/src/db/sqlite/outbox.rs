@@ -18,6 +18,9 @@ const STATS: &str = include_str!("sql/outbox_stats.sql");
 const LIST: &str = include_str!("sql/outbox_list.sql");
 const RETRY: &str = include_str!("sql/outbox_retry.sql");
 
+/// How long the figures wait for the connection before giving up.
+const STATS_WAIT: Duration = Duration::from_millis(200);
+
 impl SqliteDb {
     pub(in crate::db) async fn claim_outbox(
         &self,
@@ -82,7 +85,8 @@ impl SqliteDb {
     }
 
     pub(in crate::db) async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
-        self.with_conn(|conn| {
+        // For /metrics: never queue behind requests for the one connection.
+        self.with_conn_within(STATS_WAIT, |conn| {
             conn.prepare_cached(STATS)
                 .and_then(|mut stmt| {
                     stmt.query_row([], |row| {
