@@ -42,12 +42,23 @@ pub struct DbFacts {
     pub orders: Vec<DbOrder>,
 }
 
-/// Reads the facts from PostgreSQL.
-pub async fn pg_facts(url: &str) -> Result<DbFacts, String> {
+/// A connection for the check's own queries; await the handle after
+/// dropping the client.
+pub(crate) async fn pg_connect(
+    url: &str,
+) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), String> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .map_err(|e| format!("connect for the check: {e}"))?;
-    let conn = tokio::spawn(connection);
+    let conn = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((client, conn))
+}
+
+/// Reads the facts from PostgreSQL.
+pub async fn pg_facts(url: &str) -> Result<DbFacts, String> {
+    let (client, conn) = pg_connect(url).await?;
     let err = |e: tokio_postgres::Error| format!("check query: {e}");
     let records = client
         .query(
@@ -479,7 +490,7 @@ fn clip(s: &str) -> String {
 }
 
 /// Keeps evidence short: at most 50 violations are stored.
-fn push(v: &mut Vec<String>, message: String) {
+pub(crate) fn push(v: &mut Vec<String>, message: String) {
     if v.len() < 50 {
         v.push(message);
     } else if v.len() == 50 {

@@ -41,6 +41,9 @@ pub struct LoadConfig {
     pub lose_response_rate: f64,
     /// Seed of the clients' random choices.
     pub seed: u64,
+    /// Pause of each client between two operations: paces a load whose
+    /// effects (e.g. the outbox's deliveries) drain slower than orders come.
+    pub op_pause: Duration,
 }
 
 impl Default for LoadConfig {
@@ -58,6 +61,7 @@ impl Default for LoadConfig {
             op_deadline: Duration::from_secs(90),
             lose_response_rate: 0.0,
             seed: 1,
+            op_pause: Duration::ZERO,
         }
     }
 }
@@ -231,6 +235,9 @@ async fn client(shared: Arc<Shared>, mut rng: Rng) -> Vec<OpHistory> {
             break;
         }
         done.push(run_op(&shared, &mut rng).await);
+        if !shared.cfg.op_pause.is_zero() {
+            tokio::time::sleep(shared.cfg.op_pause).await;
+        }
     }
     done
 }

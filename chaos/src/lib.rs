@@ -4,7 +4,9 @@
 //! clients keep one key per logical operation and retry with the core's
 //! [`RetryPolicy`](idemkey_core::RetryPolicy); fault injectors (process
 //! kills, database crashes, a connection-cutting proxy, lock waits, a
-//! failover to a synchronous standby, hostile HTTP input); and a history
+//! failover to a synchronous standby, hostile HTTP input, and in the
+//! `payments` scenario killed outbox workers and a payment provider that
+//! fails, loses responses and restarts); and a history
 //! checker that compares every answer the clients saw with what the
 //! database holds.
 //!
@@ -17,6 +19,8 @@
 pub mod checker;
 pub mod driver;
 pub mod hostile;
+pub mod payments;
+pub mod payments_check;
 pub mod proxy;
 pub mod replication;
 pub mod rng;

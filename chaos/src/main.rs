@@ -22,7 +22,7 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// Scenarios to run, or `all`: kill9, pg-immediate, proxy-cut, slow-db,
-    /// failover, hostile, sqlite-kill.
+    /// failover, hostile, sqlite-kill, clock-skew, payments.
     #[arg(required = true)]
     scenarios: Vec<String>,
 }
@@ -87,7 +87,8 @@ fn main() -> ExitCode {
 }
 
 /// Under `cargo run`, builds the server binary of the same profile first,
-/// so the scenarios never run a stale one.
+/// so the scenarios never run a stale one, with the `test-faults` feature
+/// the scenarios' `--test-faults` servers need.
 fn build_server() -> Result<(), String> {
     let (Some(cargo), Ok(exe)) = (std::env::var_os("CARGO"), std::env::current_exe()) else {
         return Ok(());
@@ -107,6 +108,8 @@ fn build_server() -> Result<(), String> {
         "idemkey-server",
         "--bin",
         "idemkey-server",
+        "--features",
+        "test-faults",
     ]);
     if release {
         cmd.arg("--release");

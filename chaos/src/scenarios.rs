@@ -20,7 +20,7 @@ use crate::rng::Rng;
 use crate::servers::{ServerSet, create_account, server_bin};
 
 /// Every scenario, in the order `all` runs them.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     "kill9",
     "pg-immediate",
     "proxy-cut",
@@ -29,6 +29,7 @@ pub const ALL: [&str; 8] = [
     "hostile",
     "sqlite-kill",
     "clock-skew",
+    "payments",
 ];
 
 /// How big a run is.
@@ -41,7 +42,7 @@ pub enum Size {
 }
 
 impl Size {
-    fn pick<T>(self, small: T, large: T) -> T {
+    pub(crate) fn pick<T>(self, small: T, large: T) -> T {
         match self {
             Self::Small => small,
             Self::Large => large,
@@ -67,6 +68,7 @@ pub fn run_skipping(name: &str, size: Size, seed: u64, skip: &[&str]) -> Result<
         "hostile" => crate::hostile::run_skipping(size, seed, &dir, skip),
         "sqlite-kill" => sqlite_kill(size, seed, &dir),
         "clock-skew" => clock_skew(size, seed, &dir),
+        "payments" => crate::payments::run(size, seed, &dir),
         other => Err(format!("unknown scenario {other:?}; known: {ALL:?}")),
     };
     match &result {
@@ -92,7 +94,7 @@ fn work_dir(name: &str) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -100,11 +102,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("runtime: {e}"))
 }
 
-fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+pub(crate) fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |err| format!("{what}: {err}")
 }
 
-fn accounts(bin: &Path, url: &str, n: usize) -> Result<Vec<Account>, String> {
+pub(crate) fn accounts(bin: &Path, url: &str, n: usize) -> Result<Vec<Account>, String> {
     (0..n)
         .map(|i| {
             create_account(bin, url, &format!("chaos-{i}"))
@@ -114,26 +116,26 @@ fn accounts(bin: &Path, url: &str, n: usize) -> Result<Vec<Account>, String> {
         .collect()
 }
 
-fn string_args(args: &[&str]) -> Vec<String> {
+pub(crate) fn string_args(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| (*s).to_owned()).collect()
 }
 
 /// What an injector did.
 #[derive(Default)]
-struct Tally {
-    faults: BTreeMap<String, u64>,
-    notes: Vec<String>,
-    violations: Vec<String>,
+pub(crate) struct Tally {
+    pub(crate) faults: BTreeMap<String, u64>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) violations: Vec<String>,
     /// What the injector did when (UTC), shown only when the run fails.
-    timeline: Vec<String>,
+    pub(crate) timeline: Vec<String>,
 }
 
 impl Tally {
-    fn add(&mut self, kind: &str) {
+    pub(crate) fn add(&mut self, kind: &str) {
         *self.faults.entry(kind.to_owned()).or_default() += 1;
     }
 
-    fn at(&mut self, what: String) {
+    pub(crate) fn at(&mut self, what: String) {
         self.timeline
             .push(format!("{} {what}", crate::driver::utc_now()));
     }
@@ -141,7 +143,7 @@ impl Tally {
 
 /// Flags shared by the load and the injector.
 #[derive(Clone, Default)]
-struct Flags {
+pub(crate) struct Flags {
     faults_done: Arc<AtomicBool>,
     load_done: Arc<AtomicBool>,
 }
@@ -153,12 +155,12 @@ impl Flags {
 
     /// Lets the load end (once it ran its minimum) while the injector
     /// still tends the servers.
-    fn schedule_over(&self) {
+    pub(crate) fn schedule_over(&self) {
         self.faults_done.store(true, Ordering::SeqCst);
     }
 
     /// Sleeps up to `d`, returning early (false) once the load has ended.
-    fn sleep(&self, d: Duration) -> bool {
+    pub(crate) fn sleep(&self, d: Duration) -> bool {
         let end = Instant::now() + d;
         while Instant::now() < end {
             if !self.load_running() {
@@ -172,7 +174,7 @@ impl Flags {
 
 /// Runs the load on `rt` while `inject` runs on another thread; the
 /// injector must return once `flags.load_done` is set.
-fn load_with<I>(
+pub(crate) fn load_with<I>(
     rt: &tokio::runtime::Runtime,
     cfg: LoadConfig,
     bases: Vec<String>,
@@ -218,7 +220,7 @@ where
     })
 }
 
-fn finish(history: &History, facts: Result<DbFacts, String>, tally: Tally) -> Report {
+pub(crate) fn finish(history: &History, facts: Result<DbFacts, String>, tally: Tally) -> Report {
     let mut report = match facts {
         Ok(facts) => check("", 0, history, &facts),
         Err(err) => {
@@ -249,7 +251,7 @@ fn require_faults(report: &mut Report) {
     }
 }
 
-fn load_config(size: Size, seed: u64) -> LoadConfig {
+pub(crate) fn load_config(size: Size, seed: u64) -> LoadConfig {
     LoadConfig {
         clients: size.pick(6, 24),
         min_ops: size.pick(60, 3_000),
@@ -265,7 +267,7 @@ fn load_config(size: Size, seed: u64) -> LoadConfig {
 /// Waits until the servers answer `/readyz` (bounded; `/healthz` does not
 /// ask the database), so that a scenario starts its faults on a working
 /// system.
-fn wait_healthy(rt: &tokio::runtime::Runtime, bases: &[String]) {
+pub(crate) fn wait_healthy(rt: &tokio::runtime::Runtime, bases: &[String]) {
     rt.block_on(async {
         let client = reqwest::Client::new();
         for base in bases {

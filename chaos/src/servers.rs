@@ -1,6 +1,7 @@
 //! Real `idemkey-server` processes: found next to this program, started on
 //! fixed loopback ports, killed with SIGKILL and started again on the same
-//! port, their logs kept for evidence.
+//! port, their logs kept for evidence. Besides `serve`, the same slots run
+//! the outbox's `worker` and the payment provider simulator (`provider`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -83,6 +84,41 @@ pub fn create_account(bin: &Path, url: &str, name: &str) -> io::Result<(String, 
     Ok((account, token))
 }
 
+/// What the processes of a [`ServerSet`] run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// `idemkey-server serve`: the order service, on its slot's port.
+    Serve,
+    /// `idemkey-server worker`: delivers the outbox; listens on nothing.
+    Worker,
+    /// `idemkey-server provider`: the payment provider simulator, on its
+    /// slot's port (kept across restarts, so the workers' URL stays valid).
+    Provider,
+}
+
+impl Role {
+    fn subcommand(self) -> &'static str {
+        match self {
+            Self::Serve => "serve",
+            Self::Worker => "worker",
+            Self::Provider => "provider",
+        }
+    }
+
+    fn listens(self) -> bool {
+        self != Self::Worker
+    }
+
+    /// Log files are `NAME-i.log`.
+    fn log_name(self) -> &'static str {
+        match self {
+            Self::Serve => "server",
+            Self::Worker => "worker",
+            Self::Provider => "provider",
+        }
+    }
+}
+
 /// One server slot: a port and the process currently serving it.
 #[derive(Debug)]
 struct Slot {
@@ -96,6 +132,7 @@ struct Slot {
 /// the history can say which process answered.
 #[derive(Debug)]
 pub struct ServerSet {
+    role: Role,
     bin: PathBuf,
     url: String,
     args: Vec<String>,
@@ -130,16 +167,32 @@ impl ServerSet {
         log_dir: &Path,
         envs: Vec<Vec<(String, String)>>,
     ) -> io::Result<Self> {
+        Self::start_role(Role::Serve, bin, url, n, args, log_dir, envs)
+    }
+
+    /// `n` processes of `role` on `url` (each `--database-url`), with extra
+    /// flags `args` and slot `i`'s extra environment `envs[i]`; waits until
+    /// each listens (a worker: until it is spawned).
+    pub fn start_role(
+        role: Role,
+        bin: &Path,
+        url: &str,
+        n: usize,
+        args: &[String],
+        log_dir: &Path,
+        envs: Vec<Vec<(String, String)>>,
+    ) -> io::Result<Self> {
         fs::create_dir_all(log_dir)?;
         let mut slots = Vec::with_capacity(n);
         for i in 0..n {
             slots.push(Slot {
-                port: free_port()?,
+                port: if role.listens() { free_port()? } else { 0 },
                 child: None,
-                log: log_dir.join(format!("server-{i}.log")),
+                log: log_dir.join(format!("{}-{i}.log", role.log_name())),
             });
         }
         let mut set = Self {
+            role,
             bin: bin.to_path_buf(),
             url: url.to_owned(),
             args: args.to_vec(),
@@ -196,8 +249,11 @@ impl ServerSet {
             .open(&slot.log)?;
         let bind = SocketAddr::from((Ipv4Addr::LOCALHOST, slot.port)).to_string();
         let mut cmd = Command::new(&self.bin);
-        cmd.args(["serve", "--database-url", &self.url, "--bind", &bind])
-            .args(&self.args)
+        cmd.args([self.role.subcommand(), "--database-url", &self.url]);
+        if self.role.listens() {
+            cmd.args(["--bind", &bind]);
+        }
+        cmd.args(&self.args)
             .env("IDEMKEY_ALLOW_TEST_FAULTS", "1")
             .env("RUST_LOG", "warn")
             .envs(self.envs.get(i).into_iter().flatten().map(|(k, v)| (k, v)))
@@ -207,11 +263,13 @@ impl ServerSet {
         let mut child = cmd.spawn()?;
         self.incarnations[i].fetch_add(1, Ordering::SeqCst);
         let deadline = Instant::now() + START_LIMIT;
-        loop {
+        // A worker listens on nothing: an early exit shows in `revive`.
+        while self.role.listens() {
             if let Some(status) = child.try_wait()? {
                 let tail = tail(&slot.log, 2000);
                 return Err(io::Error::other(format!(
-                    "server {i} exited at start ({status}):\n{tail}"
+                    "{} {i} exited at start ({status}):\n{tail}",
+                    self.role.log_name()
                 )));
             }
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, slot.port));
@@ -223,7 +281,10 @@ impl ServerSet {
                 let _ = child.wait();
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("server {i} did not listen within {START_LIMIT:?}"),
+                    format!(
+                        "{} {i} did not listen within {START_LIMIT:?}",
+                        self.role.log_name()
+                    ),
                 ));
             }
             thread::sleep(Duration::from_millis(20));

@@ -83,3 +83,11 @@ fn sqlite_kill_loses_and_duplicates_nothing() {
 fn clock_skew_loses_and_duplicates_nothing() {
     small("clock-skew");
 }
+
+/// Orders paid through the outbox while the workers are killed and the
+/// provider fails, loses responses and restarts: once settled, every order
+/// has exactly one charge with its amount, none lacks an order, none pends.
+#[test]
+fn payments_charge_every_order_exactly_once() {
+    small("payments");
+}
