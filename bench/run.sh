@@ -276,7 +276,9 @@ OID0=$(cat /proc/sys/kernel/random/uuid)
 PGB_VARS=(-D "tok=\\x$TOKHEX" -D "fp=\\x$(printf x | sha256sum | cut -c1-64)" -D 'op=POST /orders:v1'
   -D "body={\"id\":\"$OID0\",\"sku\":\"LIBRO-TS\",\"quantity\":2,\"created_at\":\"2026-12-02T18:00:00.000Z\"}"
   -D "hdrs=[[\"content-type\",\"application/json\"],[\"location\",\"/orders/$OID0\"]]"
-  -D created_at=2026-12-02T18:00:00Z -D replay_ms=86400000 -D status=201 -D sku=LIBRO-TS -D qty=2)
+  -D created_at=2026-12-02T18:00:00Z -D replay_ms=86400000 -D status=201 -D sku=LIBRO-TS -D qty=2
+  -D unit_cents=2990 -D currency=EUR -D amount=5980
+  -D "charge={\"order_id\":\"$OID0\",\"amount_cents\":5980,\"currency\":\"EUR\"}")
 rt_of() { case $1 in new-txn) echo 5;; *) echo 1;; esac; }
 pgbench_cell() {  # pgbench_cell VARIANT SCRIPT CLIENTS
   local variant=$1 s=$2 c=$3 j=2 extra=() q=quiet name mon w0 c0 w1 c1 txt

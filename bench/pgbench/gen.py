@@ -14,7 +14,8 @@ OID = "(lpad(to_hex(:o1::int8), 16, '0') || lpad(to_hex(:o2::int8), 16, '0'))"
 RAND = ("\\set k random(1, 9223372036854775806)\n\\set o1 random(0, 9223372036854775806)\n"
         "\\set o2 random(0, 9223372036854775806)\n")
 CREATE = {1: ':tok', 2: ':op', 3: ':k', 4: ':fp', 5: OID, 6: ':body', 7: ':hdrs', 8: ':replay_ms',
-          9: OID, 10: ':sku', 11: ':qty', 12: ':created_at', 13: ':status'}
+          9: OID, 10: ':sku', 11: ':qty', 12: ':created_at', 13: ':status', 14: ':unit_cents',
+          15: ':currency', 16: 'NULL', 17: ':amount', 18: ':charge'}
 
 
 def convert(path, mapping):

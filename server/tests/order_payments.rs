@@ -185,3 +185,32 @@ async fn a_changed_price_is_charged_at_the_catalogues_price() {
         assert_eq!(env.count("orders"), 2);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_orders_with_one_reference_make_one_order_and_409s() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        let token = env.account("shop");
+        let server = std::sync::Arc::new(env.serve(&[]));
+        let body = r#"{"sku":"TAZA-02","quantity":1,"reference":"PO-RACE"}"#;
+        let mut sends = tokio::task::JoinSet::new();
+        for _ in 0..20 {
+            let (server, token) = (std::sync::Arc::clone(&server), token.clone());
+            sends.spawn(async move { server.post_order(&token, &new_key(), body).await });
+        }
+        let (mut created, mut refused) = (Vec::new(), 0);
+        while let Some(reply) = sends.join_next().await {
+            let reply = reply.expect("task");
+            match reply.status {
+                201 => created.push(reply.json()["id"].as_str().unwrap().to_owned()),
+                409 => {
+                    reply.assert_problem(409, "order-reference-exists");
+                    refused += 1;
+                }
+                other => panic!("{backend:?}: {other} {}", reply.body),
+            }
+        }
+        assert_eq!((created.len(), refused), (1, 19), "{backend:?}");
+        assert_eq!(counts(&env), (1, 1, 1), "{backend:?}");
+    }
+}

@@ -28,8 +28,10 @@ INSERT INTO products (sku, unit_price_cents, currency) VALUES
 ALTER TABLE orders
     ADD COLUMN amount_cents bigint CHECK (amount_cents > 0),
     ADD COLUMN currency     text CHECK (currency ~ '^[A-Z]{3}$'),
-    ADD COLUMN reference    text CHECK (reference ~ '^[A-Za-z0-9._-]{1,64}$'),
-    ADD CONSTRAINT orders_account_reference UNIQUE (account_id, reference);
+    ADD COLUMN reference    text CHECK (reference ~ '^[A-Za-z0-9._-]{1,64}$');
+-- Partial: an order without a reference (most of them) costs no entry.
+CREATE UNIQUE INDEX orders_account_reference ON orders (account_id, reference)
+    WHERE reference IS NOT NULL;
 
 -- One row per effect to deliver; its primary key starts with the scope, as
 -- every key of an account's table does (docs/operations.md). The key's tuple (scope, operation, key,

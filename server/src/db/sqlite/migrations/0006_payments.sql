@@ -19,10 +19,12 @@ INSERT INTO products (sku, unit_price_cents, currency) VALUES
 ALTER TABLE orders ADD COLUMN amount_cents INTEGER CHECK (amount_cents > 0);
 ALTER TABLE orders ADD COLUMN currency TEXT CHECK (length(currency) = 3);
 ALTER TABLE orders ADD COLUMN reference TEXT CHECK (length(reference) BETWEEN 1 AND 64);
-CREATE UNIQUE INDEX orders_account_reference ON orders (account_id, reference);
+-- Partial: an order without a reference (most of them) costs no entry.
+CREATE UNIQUE INDEX orders_account_reference ON orders (account_id, reference)
+    WHERE reference IS NOT NULL;
 
 CREATE TABLE outbox (
-    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    id             INTEGER PRIMARY KEY,
     scope          TEXT NOT NULL,
     operation      TEXT NOT NULL,
     key            TEXT NOT NULL,
