@@ -100,14 +100,24 @@ fn order_body(order: &Order) -> String {
 }
 
 /// The charge's outbox payload: what the provider is asked to charge.
+#[derive(Serialize)]
+struct ChargePayload<'a> {
+    order_id: String,
+    amount_cents: i64,
+    currency: &'a str,
+}
+
 fn charge_payload(order: &Order) -> String {
-    let (amount_cents, currency) = order.amount.clone().unwrap_or_default();
-    serde_json::json!({
-        "order_id": order.id.to_string(),
-        "amount_cents": amount_cents,
-        "currency": currency,
-    })
-    .to_string()
+    let (amount_cents, currency) = order
+        .amount
+        .as_ref()
+        .map_or((0, ""), |(cents, currency)| (*cents, currency.as_str()));
+    let payload = ChargePayload {
+        order_id: order.id.to_string(),
+        amount_cents,
+        currency,
+    };
+    serde_json::to_string(&payload).unwrap_or_default()
 }
 
 /// The engine's policies for orders, from the running settings.
