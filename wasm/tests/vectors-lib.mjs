@@ -47,14 +47,20 @@ function expectThrow(fn, check, what) {
 /** The outcome shapes retryStep reads, for one vector outcome. */
 function outcomes(outcome) {
   if (outcome.kind === "networkError") return [{ networkError: true }];
-  const measured = { status: outcome.status, retryAfterMs: outcome.retryAfterMs };
+  // The problem's code, when the vector has one, goes with every shape.
+  const code = outcome.code === undefined ? {} : { code: outcome.code };
+  const measured = { status: outcome.status, retryAfterMs: outcome.retryAfterMs, ...code };
   if (outcome.retryAfterMs === null || outcome.retryAfterMs === undefined) {
-    return [measured, { status: outcome.status, retryAfter: null }, { status: outcome.status }];
+    return [
+      measured,
+      { status: outcome.status, retryAfter: null, ...code },
+      { status: outcome.status, ...code },
+    ];
   }
   const shapes = [measured];
   if (outcome.retryAfterMs % 1000 === 0) {
     // The same wait as a Retry-After header (delay-seconds).
-    shapes.push({ status: outcome.status, retryAfter: String(outcome.retryAfterMs / 1000) });
+    shapes.push({ status: outcome.status, retryAfter: String(outcome.retryAfterMs / 1000), ...code });
   }
   return shapes;
 }
