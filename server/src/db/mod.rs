@@ -113,6 +113,7 @@ mod accounts;
 mod order;
 pub mod outbox;
 pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
+pub(in crate::db) use order::OrderEffectError;
 pub use order::{
     Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, PaymentState, Price, Refusal,
 };

@@ -5,8 +5,8 @@
 use idemkey_core::{IdempotencyKey, OperationId, UnixMillis};
 use uuid::Uuid;
 
-use super::AccountId;
-use crate::idempotency::{Outcome, Read, StoredResponse};
+use super::{AccountId, StoreError};
+use crate::idempotency::{self, Outcome, Read, StoredResponse};
 
 /// A catalogue price: what one unit costs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,5 +161,35 @@ impl From<Outcome<()>> for OrderAnswer {
 impl From<Outcome<()>> for OrderAttempt {
     fn from(outcome: Outcome<()>) -> Self {
         Self::Answered(Box::new(outcome.into()))
+    }
+}
+
+/// The error of an order's effect inside a backend's transaction: the
+/// store failed, or the order's own rules refused it (rolled back, nothing
+/// stored).
+pub(in crate::db) enum OrderEffectError {
+    Store(StoreError),
+    Refused(Refusal),
+}
+
+impl From<StoreError> for OrderEffectError {
+    fn from(err: StoreError) -> Self {
+        Self::Store(err)
+    }
+}
+
+impl OrderEffectError {
+    /// The engine's result for an order: its outcome, or the refusal that
+    /// rolled it back, or the store's error.
+    pub(in crate::db) fn split(
+        result: Result<Outcome<()>, idempotency::Error<Self>>,
+    ) -> Result<Result<Outcome<()>, Refusal>, StoreError> {
+        match result {
+            Ok(outcome) => Ok(Ok(outcome)),
+            Err(idempotency::Error::Effect(Self::Refused(refusal))) => Ok(Err(refusal)),
+            Err(idempotency::Error::Effect(Self::Store(err)) | idempotency::Error::Store(err)) => {
+                Err(err)
+            }
+        }
     }
 }

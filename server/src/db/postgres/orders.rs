@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::records::read_from_row;
 use super::{PgDb, PgPooler, db_error, run_in_transaction};
 use crate::db::{
-    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, Price, Refusal,
-    StoreError, TokenHash, from_system_time, millis, to_system_time,
+    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
+    Price, Refusal, StoreError, TokenHash, from_system_time, millis, to_system_time,
 };
 use crate::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Scope, Step};
 
@@ -204,15 +204,11 @@ impl PgDb {
                             ],
                         )
                         .await
-                        .map_err(|e| Refused::Store(db_error(e)))?;
-                    let created: bool = row
-                        .try_get("created")
-                        .map_err(|e| Refused::Store(db_error(e)))?;
+                        .map_err(db_error)?;
+                    let created: bool = row.try_get("created").map_err(db_error)?;
                     if !created {
-                        let taken: Option<Uuid> = row
-                            .try_get("taken")
-                            .map_err(|e| Refused::Store(db_error(e)))?;
-                        return Err(Refused::Attempt(match taken {
+                        let taken: Option<Uuid> = row.try_get("taken").map_err(db_error)?;
+                        return Err(OrderEffectError::Refused(match taken {
                             Some(id) => Refusal::ReferenceTaken(id),
                             None => Refusal::PriceChanged,
                         }));
@@ -225,15 +221,10 @@ impl PgDb {
                 })
             })
             .await;
-        match outcome {
-            Ok(outcome) => Ok(Some(Authed::Ok(outcome.into()))),
-            Err(idempotency::Error::Effect(Refused::Attempt(refusal))) => {
-                Ok(Some(Authed::Ok(OrderAttempt::Refused(refusal))))
-            }
-            Err(
-                idempotency::Error::Effect(Refused::Store(err)) | idempotency::Error::Store(err),
-            ) => Err(err),
-        }
+        Ok(Some(Authed::Ok(match OrderEffectError::split(outcome)? {
+            Ok(outcome) => outcome.into(),
+            Err(refusal) => OrderAttempt::Refused(refusal),
+        })))
     }
 
     /// The catalogue: every sku with its price.
@@ -314,18 +305,6 @@ impl PgDb {
             orders.extend(order_from_row(row)?);
         }
         Ok(Authed::Ok(orders))
-    }
-}
-
-/// Why the transactional path's effect stored nothing.
-enum Refused {
-    Store(StoreError),
-    Attempt(Refusal),
-}
-
-impl From<StoreError> for Refused {
-    fn from(err: StoreError) -> Self {
-        Self::Store(err)
     }
 }
 

@@ -9,10 +9,10 @@ use super::records::read_from_row;
 use super::transaction::run_in_savepoint;
 use super::{SqliteDb, SqliteRecords, sqlite_error};
 use crate::db::{
-    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, Price, Refusal,
-    StoreError, TokenHash,
+    AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
+    Price, Refusal, StoreError, TokenHash,
 };
-use crate::idempotency::{self, Done, Outcome, Policy, Read, RecordKey, Scope};
+use crate::idempotency::{Done, Outcome, Policy, Read, RecordKey, Scope};
 
 const ACCOUNT: &str = include_str!("sql/account.sql");
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
@@ -44,13 +44,7 @@ fn account_of(conn: &Connection, token: TokenHash) -> Result<Option<AccountId>, 
     .transpose()
 }
 
-/// Why an order's effect stored nothing.
-enum Refused {
-    Store(StoreError),
-    Attempt(Refusal),
-}
-
-impl From<rusqlite::Error> for Refused {
+impl From<rusqlite::Error> for OrderEffectError {
     fn from(err: rusqlite::Error) -> Self {
         Self::Store(sqlite_error(err))
     }
@@ -87,7 +81,7 @@ fn insert_order(
     account: AccountId,
     key: &RecordKey,
     draft: &OrderDraft,
-) -> Result<(), Refused> {
+) -> Result<(), OrderEffectError> {
     let order = &draft.order;
     if let Some(reference) = &order.reference {
         let taken: Option<String> = conn
@@ -96,7 +90,7 @@ fn insert_order(
             .optional()?;
         if let Some(id) = taken {
             let id = Uuid::try_parse(&id).unwrap_or_default();
-            return Err(Refused::Attempt(Refusal::ReferenceTaken(id)));
+            return Err(OrderEffectError::Refused(Refusal::ReferenceTaken(id)));
         }
     }
     let amount = order.amount.as_ref().map_or(0, |(cents, _)| *cents);
@@ -112,7 +106,7 @@ fn insert_order(
         amount,
     ])?;
     if inserted == 0 {
-        return Err(Refused::Attempt(Refusal::PriceChanged));
+        return Err(OrderEffectError::Refused(Refusal::PriceChanged));
     }
     enqueue(
         conn,
@@ -121,7 +115,7 @@ fn insert_order(
         Some(&order.id.to_string()),
         &draft.charge,
     )
-    .map_err(Refused::Store)
+    .map_err(OrderEffectError::Store)
 }
 
 /// One order in the batch's open transaction `tx`, in its own savepoint.
@@ -151,14 +145,9 @@ fn create_order_in(
             value: (),
         })
     });
-    let outcome = match outcome {
+    let outcome = match OrderEffectError::split(outcome)? {
         Ok(outcome) => outcome,
-        Err(idempotency::Error::Effect(Refused::Attempt(refusal))) => {
-            return Ok(Authed::Ok(OrderAttempt::Refused(refusal)));
-        }
-        Err(idempotency::Error::Effect(Refused::Store(err)) | idempotency::Error::Store(err)) => {
-            return Err(err);
-        }
+        Err(refusal) => return Ok(Authed::Ok(OrderAttempt::Refused(refusal))),
     };
     // Answered from a completed record: read it back for the replay cache.
     let seen = match &outcome {
