@@ -49,6 +49,7 @@ pub mod idempotency;
 pub mod in_transaction;
 pub mod layer;
 pub mod load_shed;
+pub mod log_buffer;
 pub mod maintenance;
 pub mod metrics;
 pub mod operator;

@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => args.log_format,
         _ => LogFormat::Text,
     };
-    telemetry::init(format);
+    let _log = telemetry::init(format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
