@@ -157,6 +157,11 @@ pub struct ServeArgs {
     /// SQLite: for its one connection and another process's write lock).
     #[arg(long, env = "IDEMKEY_POOL_WAIT", default_value = "5s", value_parser = parse_duration)]
     pub pool_wait: Duration,
+    /// SQLite only: read-only connections for order reads, key lookups and
+    /// /metrics, which then never wait for the writer (0: they share the
+    /// writer's one connection).
+    #[arg(long, env = "IDEMKEY_SQLITE_READERS", default_value_t = crate::db::sqlite::DEFAULT_READERS)]
+    pub sqlite_readers: usize,
     /// Most client connections at once; past it a new connection gets 503
     /// service-unavailable with Retry-After and is closed.
     #[arg(long, env = "IDEMKEY_MAX_CONNECTIONS", default_value_t = crate::load_shed::DEFAULT_MAX_CONNECTIONS)]
@@ -345,6 +350,13 @@ impl ServeArgs {
                  needs a loopback --bind such as 127.0.0.1:{port} or [::1]:{port}, not {}",
                 self.bind,
                 port = self.bind.port(),
+            ));
+        }
+        if self.sqlite_readers > crate::db::sqlite::MAX_READERS {
+            return Err(format!(
+                "--sqlite-readers (IDEMKEY_SQLITE_READERS, {}) must be at most {}",
+                self.sqlite_readers,
+                crate::db::sqlite::MAX_READERS
             ));
         }
         if self.token_last_used_interval.is_zero() {
