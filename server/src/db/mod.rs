@@ -313,25 +313,6 @@ impl Db {
     ) -> Result<Authed<Read>, StoreError> {
         each!(self, db => db.lookup(token, operation, key).await)
     }
-
-    /// Before a new order: what the caller's account holds for
-    /// `(operation, key)`, read where reading costs the order's own write
-    /// nothing (an SQLite read-only connection, beside the writer that
-    /// serialises new orders), so a replay the cache does not hold is
-    /// answered without queueing for the writer. `None` where there is no
-    /// such reader (PostgreSQL, whose order call already answers a replay in
-    /// its one round trip; SQLite with `--sqlite-readers 0`).
-    pub async fn replay_read(
-        &self,
-        token: TokenHash,
-        operation: &OperationId,
-        key: &IdempotencyKey,
-    ) -> Result<Option<Authed<(AccountId, Read)>>, StoreError> {
-        match self {
-            Self::Sqlite(db) => db.replay_read(token, operation, key).await,
-            Self::Postgres(_) | Self::Redis(_) => Ok(None),
-        }
-    }
 }
 
 impl Records for Db {

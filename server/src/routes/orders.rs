@@ -29,7 +29,7 @@ use crate::db::{
 };
 use crate::faults::{self, Fault};
 use crate::idempotency::{
-    self, Answer, Mode, Outcome, Policy, Read, RecordKey, Scope, Step, StoredResponse,
+    self, Answer, Mode, Outcome, Policy, RecordKey, Scope, Step, StoredResponse,
 };
 use crate::metrics::OutcomeLabel;
 use crate::problems::{
@@ -232,29 +232,6 @@ async fn create_order(
         return Ok((label, response));
     }
 
-    // A replay the cache does not hold, answered from a read-only
-    // connection without queueing for the writer (SQLite); the engine
-    // decides on the row read with the database's clock, as on the cache's
-    // copy.
-    if fault.is_none() {
-        let sent = Instant::now();
-        if let Some(read) = state
-            .db()
-            .replay_read(token, &ORDER_OPERATION, &checked.key)
-            .await?
-        {
-            let (account, read) = authed(state, token, read)?;
-            let key = order_key(account, &checked.key);
-            if let Some(answered) = answer_completed(&read, &key, fingerprint, &policy) {
-                if let Some(cache) = cache {
-                    cache.miss();
-                    cache.remember(token, account, &key, &read, sent);
-                }
-                return Ok(answered);
-            }
-        }
-    }
-
     // The time shown in the order; every decision is the database's.
     let created_at = crate::display_now();
     let id = Uuid::new_v4();
@@ -369,26 +346,7 @@ fn from_cache(
 ) -> Option<(&'static str, Response)> {
     let key = order_key(cache.account(token)?, key);
     let read = cache.read(&key)?;
-    let Some(answered) = answer_completed(&read, &key, fingerprint, policy) else {
-        cache.forget(&key);
-        return None;
-    };
-    cache.hit();
-    Some(answered)
-}
-
-/// The answer from a completed record read outside the order's own write
-/// (the cache's copy, or a reader's row): a replay, or 422 for another
-/// payload, as the engine decides on it. `None` for anything else the
-/// engine would decide (new, in progress, window over): the order's own
-/// write answers those.
-fn answer_completed(
-    read: &Read,
-    key: &RecordKey,
-    fingerprint: Fingerprint,
-    policy: &Policy,
-) -> Option<(&'static str, Response)> {
-    let answer = match idempotency::step(read, key, fingerprint, policy) {
+    let answer = match idempotency::step(&read, &key, fingerprint, policy) {
         Step::Answer(
             answer @ (Answer::Replayed(_)
             | Answer::Rejected {
@@ -396,8 +354,12 @@ fn answer_completed(
                 ..
             }),
         ) => answer,
-        _ => return None,
+        _ => {
+            cache.forget(&key);
+            return None;
+        }
     };
+    cache.hit();
     let outcome = Outcome::<()>::from(answer);
     let label = outcome.label();
     let response = match outcome {

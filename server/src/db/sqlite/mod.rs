@@ -264,12 +264,6 @@ impl SqliteDb {
         .map_err(|e| StoreError::Unavailable(format!("blocking task: {e}")))?
     }
 
-    /// Whether calls that only read have connections of their own (so a
-    /// read before a new order's batch costs that batch nothing).
-    pub(super) fn has_readers(&self) -> bool {
-        self.readers.is_some()
-    }
-
     /// `(batches, orders)` of new orders group-committed so far.
     pub fn order_batches(&self) -> (u64, u64) {
         self.group.committed()

@@ -164,24 +164,6 @@ fn create_order_in(
     }))))
 }
 
-/// The caller's account and what it holds for `(operation, key)`, with the
-/// store's clock.
-fn lookup_in(
-    conn: &Connection,
-    token: TokenHash,
-    operation: &str,
-    key: &str,
-) -> Result<Authed<(AccountId, Read)>, StoreError> {
-    let Some(account) = account_of(conn, token)? else {
-        return Ok(Authed::Unauthorized);
-    };
-    let scope = account.0.to_string();
-    conn.prepare_cached(READ)
-        .and_then(|mut stmt| stmt.query_row(params![scope, operation, key], read_from_row))
-        .map(|read| Authed::Ok((account, read)))
-        .map_err(sqlite_error)
-}
-
 /// An order with its payment from a row of order.sql or recent_orders.sql.
 fn order_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Order> {
     let id: String = row.get(0)?;
@@ -236,29 +218,16 @@ impl SqliteDb {
     ) -> Result<Authed<Read>, StoreError> {
         let (operation, key) = (operation.as_str().to_owned(), key.as_str().to_owned());
         self.with_reader(move |conn| {
-            Ok(match lookup_in(conn, token, &operation, &key)? {
-                Authed::Unauthorized => Authed::Unauthorized,
-                Authed::Ok((_, read)) => Authed::Ok(read),
-            })
+            let Some(account) = account_of(conn, token)? else {
+                return Ok(Authed::Unauthorized);
+            };
+            let scope = account.0.to_string();
+            conn.prepare_cached(READ)
+                .and_then(|mut stmt| stmt.query_row(params![scope, operation, key], read_from_row))
+                .map(Authed::Ok)
+                .map_err(sqlite_error)
         })
         .await
-    }
-
-    /// What the caller's key holds, read on a reader before a new order
-    /// goes to the writer; `None` without readers (the writer's batch
-    /// would wait for this read).
-    pub(in crate::db) async fn replay_read(
-        &self,
-        token: TokenHash,
-        operation: &OperationId,
-        key: &IdempotencyKey,
-    ) -> Result<Option<Authed<(AccountId, Read)>>, StoreError> {
-        if !self.has_readers() {
-            return Ok(None);
-        }
-        let (operation, key) = (operation.as_str().to_owned(), key.as_str().to_owned());
-        self.with_reader(move |conn| lookup_in(conn, token, &operation, &key).map(Some))
-            .await
     }
 
     pub(in crate::db) async fn order(

@@ -12,6 +12,12 @@
 //! commit acknowledged before it started, in this process or another; a
 //! call that leaves a transaction open has it rolled back before the
 //! connection is lent again, so no snapshot outlives its call.
+//!
+//! `POST /orders` does not read its key on a reader before queueing for
+//! the writer: that read cost every new order one more statement and, on
+//! the measured machine, well over 3 % of new orders per second, while the
+//! replay cache already answers repeated replays without the database. A
+//! replay the cache misses is answered in the writer's batch, as before.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
