@@ -460,6 +460,18 @@ mod tests {
         }
     }
 
+    #[test]
+    fn sqlite_readers_default_to_two_and_are_bounded() {
+        assert_eq!(serve(&[]).sqlite_readers, 2);
+        for ok in ["0", "64"] {
+            assert_eq!(serve(&["--sqlite-readers", ok]).validate_with(None), Ok(()));
+        }
+        let err = serve(&["--sqlite-readers", "65"])
+            .validate_with(None)
+            .unwrap_err();
+        assert!(err.contains("must be at most 64"), "{err}");
+    }
+
     #[cfg(feature = "test-faults")]
     #[test]
     fn test_faults_need_the_environment_switch() {
