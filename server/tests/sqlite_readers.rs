@@ -1,5 +1,5 @@
-//! SQLite's read-only connections through real servers: order reads and
-//! key lookups answer while the file's write lock is held and a new order
+//! SQLite's read-only connections through real servers: order reads, key
+//! lookups and `/metrics`' outbox figures answer while the file's write lock is held and a new order
 //! waits for it, and an acknowledged order is visible
 //! at once through a reader, in the process that wrote it and in another
 //! one on the same file.
@@ -85,6 +85,15 @@ async fn reads_answer_while_a_new_order_waits_for_the_write_lock() {
         .await;
     assert_eq!(lookup.status, 200, "{}", lookup.body);
     assert_eq!(lookup.json()["state"], "completed");
+    // The outbox's figures, which a scrape leaves out when the store does
+    // not answer in time.
+    let metrics = server.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("idemkey_outbox_pending ")),
+        "{metrics}"
+    );
 
     assert!(!waiting.is_finished(), "the new order still waits");
     assert_eq!(
