@@ -157,6 +157,11 @@ pub struct ServeArgs {
     /// SQLite: for its one connection and another process's write lock).
     #[arg(long, env = "IDEMKEY_POOL_WAIT", default_value = "5s", value_parser = parse_duration)]
     pub pool_wait: Duration,
+    /// SQLite only: read-only connections for order reads, key lookups and
+    /// /metrics, which then never wait for the writer (0: they share the
+    /// writer's one connection).
+    #[arg(long, env = "IDEMKEY_SQLITE_READERS", default_value_t = crate::db::sqlite::DEFAULT_READERS)]
+    pub sqlite_readers: usize,
     /// Most client connections at once; past it a new connection gets 503
     /// service-unavailable with Retry-After and is closed.
     #[arg(long, env = "IDEMKEY_MAX_CONNECTIONS", default_value_t = crate::load_shed::DEFAULT_MAX_CONNECTIONS)]
@@ -347,6 +352,13 @@ impl ServeArgs {
                 port = self.bind.port(),
             ));
         }
+        if self.sqlite_readers > crate::db::sqlite::MAX_READERS {
+            return Err(format!(
+                "--sqlite-readers (IDEMKEY_SQLITE_READERS, {}) must be at most {}",
+                self.sqlite_readers,
+                crate::db::sqlite::MAX_READERS
+            ));
+        }
         if self.token_last_used_interval.is_zero() {
             return Err("--token-last-used-interval must be longer than 0".into());
         }
@@ -446,6 +458,18 @@ mod tests {
             let err = parse(&zero).validate_with(None).unwrap_err();
             assert!(err.contains("at least 1"), "{err}");
         }
+    }
+
+    #[test]
+    fn sqlite_readers_default_to_two_and_are_bounded() {
+        assert_eq!(serve(&[]).sqlite_readers, 2);
+        for ok in ["0", "64"] {
+            assert_eq!(serve(&["--sqlite-readers", ok]).validate_with(None), Ok(()));
+        }
+        let err = serve(&["--sqlite-readers", "65"])
+            .validate_with(None)
+            .unwrap_err();
+        assert!(err.contains("must be at most 64"), "{err}");
     }
 
     #[cfg(feature = "test-faults")]

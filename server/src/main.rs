@@ -96,6 +96,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
     let pg = PgSettings {
         pool_size: args.pool_size,
         pool_wait: args.pool_wait,
+        sqlite_readers: args.sqlite_readers,
         lock_timeout: args.lock_timeout,
         statement_timeout: args.statement_timeout,
         pooler: args.database.pg_pooler,

@@ -152,7 +152,8 @@ impl Db {
                 ));
             }
             Ok(Self::Sqlite(
-                SqliteDb::open_with_wait(path, settings.pool_wait).await?,
+                SqliteDb::open_with_readers(path, settings.pool_wait, settings.sqlite_readers)
+                    .await?,
             ))
         } else {
             // The URL may hold a password: never repeat it.

@@ -91,6 +91,9 @@ pub struct PgSettings {
     /// What sits between us and PostgreSQL (decides how the timeouts are
     /// set).
     pub pooler: PgPooler,
+    /// SQLite only: read-only connections for the calls that only read, so
+    /// they need not wait for the writer (0: they share its connection).
+    pub sqlite_readers: usize,
 }
 
 impl Default for PgSettings {
@@ -102,6 +105,7 @@ impl Default for PgSettings {
             statement_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             pooler: PgPooler::None,
+            sqlite_readers: crate::db::sqlite::DEFAULT_READERS,
         }
     }
 }

@@ -49,7 +49,7 @@ impl SqliteDb {
         selector: Option<&str>,
     ) -> Result<Vec<AccountSummary>, StoreError> {
         let selector = selector.map(str::to_owned);
-        self.with_conn(move |conn| {
+        self.with_reader(move |conn| {
             let mut stmt = conn.prepare(ACCOUNTS).map_err(sqlite_error)?;
             let rows = stmt
                 .query_map([selector], |row| {
@@ -101,7 +101,7 @@ impl SqliteDb {
         &self,
         account: AccountId,
     ) -> Result<Vec<TokenSummary>, StoreError> {
-        self.with_conn(move |conn| {
+        self.with_reader(move |conn| {
             let mut stmt = conn.prepare(TOKENS).map_err(sqlite_error)?;
             let rows = stmt
                 .query_map([account.0.to_string()], |row| {

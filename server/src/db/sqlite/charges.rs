@@ -56,7 +56,7 @@ impl SqliteDb {
         key: &str,
     ) -> Result<Option<Charge>, StoreError> {
         let (scope, key) = (scope.to_owned(), key.to_owned());
-        self.with_conn(move |conn| {
+        self.with_reader(move |conn| {
             conn.query_row(CHARGE, params![scope, key], read_row)
                 .optional()
                 .map_err(sqlite_error)?
@@ -68,7 +68,7 @@ impl SqliteDb {
 
     pub(in crate::db) async fn charges(&self, scope: &str) -> Result<Vec<Charge>, StoreError> {
         let scope = scope.to_owned();
-        self.with_conn(move |conn| {
+        self.with_reader(move |conn| {
             let mut stmt = conn.prepare_cached(CHARGES).map_err(sqlite_error)?;
             let rows = stmt
                 .query_map([scope], read_row)

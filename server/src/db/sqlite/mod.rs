@@ -41,10 +41,12 @@ mod group_commit;
 mod orders;
 mod outbox;
 mod private_file;
+mod readers;
 mod records;
 mod transaction;
 
 pub use orders::enqueue;
+pub use readers::{DEFAULT_READERS, MAX_READERS};
 pub use records::SqliteRecords;
 pub use transaction::run_in_transaction;
 
@@ -96,6 +98,9 @@ pub struct SqliteDb {
     wait: Duration,
     /// The writer that commits new orders in batches.
     group: group_commit::GroupCommit,
+    /// Read-only connections for the calls that only read; `None` when
+    /// there are none (those calls then take `conn`).
+    readers: Option<Arc<readers::Readers>>,
 }
 
 impl std::fmt::Debug for SqliteDb {
@@ -120,13 +125,30 @@ impl SqliteDb {
         path: impl AsRef<Path>,
         wait: Duration,
     ) -> Result<Self, StoreError> {
+        Self::open_with_readers(path, wait, DEFAULT_READERS).await
+    }
+
+    /// [`SqliteDb::open_with_wait`] with `readers` read-only connections for
+    /// the calls that only read (0: every call takes the one write
+    /// connection, as a new order's batch does; see the `readers` module).
+    pub async fn open_with_readers(
+        path: impl AsRef<Path>,
+        wait: Duration,
+        readers: usize,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let for_open = path.clone();
         // Migrations at start-up may wait for another process's longer.
-        let conn = tokio::task::spawn_blocking(move || {
+        let (conn, readers) = tokio::task::spawn_blocking(move || {
             let conn = open_waiting(&for_open, wait.max(DEFAULT_WAIT))?;
             conn.busy_timeout(wait)?;
-            Ok(conn)
+            // After the write connection: the file is in WAL mode and
+            // migrated, which a read-only connection cannot do.
+            let readers = match readers {
+                0 => None,
+                n => Some(Arc::new(readers::Readers::open(&for_open, n, wait)?)),
+            };
+            Ok((conn, readers))
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("open task: {e}")))?
@@ -141,6 +163,7 @@ impl SqliteDb {
             busy,
             wait,
             group,
+            readers,
         })
     }
 
@@ -199,18 +222,65 @@ impl SqliteDb {
         .map_err(|e| StoreError::Unavailable(format!("blocking task: {e}")))?
     }
 
+    /// Runs `f`, which only reads, on a read-only connection (the write
+    /// connection when the store has none), waiting at most the store's
+    /// wait for one; every statement sees every commit acknowledged before
+    /// it started.
+    pub(super) async fn with_reader<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.with_reader_within(self.wait, f).await
+    }
+
+    /// [`SqliteDb::with_reader`] with its own bound on the wait.
+    pub(super) async fn with_reader_within<T, F>(
+        &self,
+        wait: Duration,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let Some(readers) = self.readers.clone() else {
+            return self.with_conn_within(wait, move |conn| f(conn)).await;
+        };
+        let deadline = Instant::now() + wait;
+        tokio::task::spawn_blocking(move || {
+            readers
+                .with(deadline, |conn| {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    conn.busy_timeout(left).map_err(sqlite_error)?;
+                    f(conn)
+                })
+                .unwrap_or_else(|| {
+                    warn!("no SQLite reader within the wait");
+                    Err(StoreError::Unavailable("reader wait timed out".into()))
+                })
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("blocking task: {e}")))?
+    }
+
     /// `(batches, orders)` of new orders group-committed so far.
     pub fn order_batches(&self) -> (u64, u64) {
         self.group.committed()
     }
 
     pub(super) fn pool_status(&self) -> PoolStatus {
-        // One connection, open for the store's life.
+        // The write connection and the readers, all open for the store's
+        // life.
+        let (readers, idle, waiting) = self
+            .readers
+            .as_ref()
+            .map_or((0, 0, 0), |readers| readers.status());
         PoolStatus {
-            max_size: 1,
-            size: 1,
-            available: 1 - self.busy.load(Ordering::Relaxed).min(1),
-            waiting: self.waiting.load(Ordering::Relaxed) + self.group.queued(),
+            max_size: 1 + readers,
+            size: 1 + readers,
+            available: 1 - self.busy.load(Ordering::Relaxed).min(1) + idle,
+            waiting: self.waiting.load(Ordering::Relaxed) + self.group.queued() + waiting,
         }
     }
 

@@ -217,7 +217,7 @@ impl SqliteDb {
         key: &IdempotencyKey,
     ) -> Result<Authed<Read>, StoreError> {
         let (operation, key) = (operation.as_str().to_owned(), key.as_str().to_owned());
-        self.with_conn(move |conn| {
+        self.with_reader(move |conn| {
             let Some(account) = account_of(conn, token)? else {
                 return Ok(Authed::Unauthorized);
             };
@@ -235,7 +235,7 @@ impl SqliteDb {
         token: TokenHash,
         id: Uuid,
     ) -> Result<Authed<Option<Order>>, StoreError> {
-        self.with_conn(move |conn| {
+        self.with_reader(move |conn| {
             let Some(account) = account_of(conn, token)? else {
                 return Ok(Authed::Unauthorized);
             };
@@ -259,7 +259,7 @@ impl SqliteDb {
         token: TokenHash,
         limit: u32,
     ) -> Result<Authed<Vec<Order>>, StoreError> {
-        self.with_conn(move |conn| {
+        self.with_reader(move |conn| {
             let Some(account) = account_of(conn, token)? else {
                 return Ok(Authed::Unauthorized);
             };
@@ -282,7 +282,7 @@ impl SqliteDb {
 impl SqliteDb {
     /// The catalogue: every sku with its price.
     pub(in crate::db) async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
-        self.with_conn(|conn| {
+        self.with_reader(|conn| {
             conn.prepare_cached(PRODUCTS)
                 .and_then(|mut stmt| {
                     stmt.query_map([], |row| {

@@ -86,7 +86,7 @@ impl SqliteDb {
 
     pub(in crate::db) async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
         // For /metrics: never queue behind requests for the one connection.
-        self.with_conn_within(STATS_WAIT, |conn| {
+        self.with_reader_within(STATS_WAIT, |conn| {
             conn.prepare_cached(STATS)
                 .and_then(|mut stmt| {
                     stmt.query_row([], |row| {

@@ -217,7 +217,7 @@ impl Records for SqliteDb {
 
     async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
         let key = key.clone();
-        self.with_conn(move |conn| SqliteRecords(conn).read_now(&key))
+        self.with_reader(move |conn| SqliteRecords(conn).read_now(&key))
             .await
     }
 
