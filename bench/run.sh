@@ -139,9 +139,9 @@ count_orders() {
 }
 reset_db() {
   PSQL idempotencia -c 'TRUNCATE pedidos, solicitudes_idempotentes'
-  PSQL idemkey -c 'TRUNCATE orders, idempotency_records'
+  PSQL idemkey -c 'TRUNCATE orders, idempotency_records, outbox'
   if [ -n "$SQLITE_TOKEN" ]; then
-    sqlite3 -cmd '.timeout 5000' "$SQLITE_DB" 'DELETE FROM orders; DELETE FROM idempotency_records; PRAGMA wal_checkpoint(TRUNCATE);' \
+    sqlite3 -cmd '.timeout 5000' "$SQLITE_DB" 'DELETE FROM orders; DELETE FROM idempotency_records; DELETE FROM outbox; PRAGMA wal_checkpoint(TRUNCATE);' \
       >/dev/null 2>&1 || true
   fi
   PSQL postgres -c 'CHECKPOINT'
