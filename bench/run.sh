@@ -138,8 +138,10 @@ count_orders() {
   esac
 }
 reset_db() {
-  PSQL idempotencia -c 'TRUNCATE pedidos, solicitudes_idempotentes'
-  PSQL idemkey -c 'TRUNCATE orders, idempotency_records, outbox'
+  # A request still in flight when a cell ends can deadlock with the TRUNCATE: try again.
+  local i
+  for i in 1 2 3 4 5; do PSQL idempotencia -c 'TRUNCATE pedidos, solicitudes_idempotentes' && break; sleep 1; done
+  for i in 1 2 3 4 5; do PSQL idemkey -c 'TRUNCATE orders, idempotency_records, outbox' && break; sleep 1; done
   if [ -n "$SQLITE_TOKEN" ]; then
     sqlite3 -cmd '.timeout 5000' "$SQLITE_DB" 'DELETE FROM orders; DELETE FROM idempotency_records; DELETE FROM outbox; PRAGMA wal_checkpoint(TRUNCATE);' \
       >/dev/null 2>&1 || true
