@@ -56,10 +56,9 @@ pub enum PgPooler {
 /// decides at a statement's sixth execution, from the statistics of that
 /// moment, between that generic plan and planning every execution anew;
 /// for the fused order statement the second costs PostgreSQL twice the CPU
-/// per order (1.2 against 0.6 ms, pgbench), and just-truncated tables made
-/// some connections pick it. So the generic plan is forced: no statement
-/// of idemkey needs its values to find its index (partial indexes are
-/// matched by constants in the SQL, never by parameters). Behind a
+/// per order (1.2 against 0.6 ms, pgbench). So the generic plan is forced:
+/// no statement of idemkey needs its values to find its index (partial
+/// indexes are matched by constants in the SQL, never by parameters). Behind a
 /// transaction pooler every statement is unnamed and planned with its
 /// values, so no plan is cached there.
 pub(super) fn startup_options(settings: &PgSettings) -> Option<String> {
