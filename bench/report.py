@@ -157,26 +157,26 @@ for procs in (1, 2):
 p('')
 
 # ---- issue 15 targets (replay cache, new keys per process count) ----------------------------------
+
+
+def share_row(what, row, ceil, goal, pct):
+    """One target row: `row`'s req/s as a share of the pgbench ceiling `ceil` against `goal`."""
+    if row and ceil:
+        v = num(row['rps']) / ceil
+        shown = f'{v:.0%}' if pct else f'{v:.2f}×'
+        p(f"| {what} | {fmt(num(row['rps']))} req/s / {fmt(ceil)} TPS = {shown} | {verdict(v >= goal)} |")
+
+
 p('## Issue 15 targets (this run)', '', '| target | measured | met? |', '|---|---|---|')
-sel = ceiling('replay-select', 16)
+sel, new1 = ceiling('replay-select', 16), ceiling('new-1rt', 16)
 for procs in (1, 2):
-    r = cell(IDK, procs, 'replay', 16)
-    if r and sel:
-        v = num(r['rps']) / sel
-        p(f"| replays with the cache ≥ 1.0× pgbench `replay-select` (c16, {procs} proc) | "
-          f"{fmt(num(r['rps']))} req/s / {fmt(sel)} TPS = {v:.2f}× | {verdict(v >= 1.0)} |")
+    share_row(f'replays with the cache ≥ 1.0× pgbench `replay-select` (c16, {procs} proc)',
+              cell(IDK, procs, 'replay', 16), sel, 1.0, False)
 off = [r for r in nocache if r['system'] == IDK]
-if off and sel:
-    v = num(off[0]['rps']) / sel
-    p(f"| replays with the cache off ≥ 50 % of `replay-select` (c16, 1 proc) | "
-      f"{fmt(num(off[0]['rps']))} req/s / {fmt(sel)} TPS = {v:.0%} | {verdict(v >= 0.5)} |")
-new1 = ceiling('new-1rt', 16)
+share_row('replays with the cache off ≥ 50 % of `replay-select` (c16, 1 proc)', off[0] if off else None,
+          sel, 0.5, True)
 for procs in (1, 2):
-    r = cell(IDK, procs, 'new', 16)
-    if r and new1:
-        v = num(r['rps']) / new1
-        p(f"| new keys ≥ 70 % of `new-1rt` (c16, {procs} proc) | {fmt(num(r['rps']))} req/s / "
-          f"{fmt(new1)} TPS = {v:.0%} | {verdict(v >= 0.70)} |")
+    share_row(f'new keys ≥ 70 % of `new-1rt` (c16, {procs} proc)', cell(IDK, procs, 'new', 16), new1, 0.70, True)
 p('')
 
 # ---- extras --------------------------------------------------------------------------------------
