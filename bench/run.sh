@@ -177,8 +177,11 @@ http_cell() {
   name="$sys-$variant-p$procs-$kind-c$c"; pids=$(proc_pids)
   local t0 w0 c0 t1 w1 c1 mon r
   t0=$(cpu_ticks "$pids"); read -r w0 c0 < <(wal_stats)
+  [ "$sys" = idemkey-pg ] && pgstat_snap "$OUT/logs/$name.pgstat0"
   mon_start "$OUT/logs/$name.mon" "$pids"
+  date -u +%s.%N >"$OUT/logs/$name.time"
   run_wrk "$c" "$DUR" "$script" "$key" >"$OUT/logs/$name.wrk" 2>&1 || true
+  date -u +%s.%N >>"$OUT/logs/$name.time"
   mon=$(mon_stop "$OUT/logs/$name.mon")
   t1=$(cpu_ticks "$pids"); read -r w1 c1 < <(wal_stats)
   local hs hm; read -r hs hm < <(hwm_kb "$pids")
@@ -186,6 +189,7 @@ http_cell() {
   local req cpu se
   req=$(field requests "$r"); cpu=$(awk -v t=$((t1 - t0)) -v hz="$HZ" 'BEGIN{printf "%.2f", t/hz}')
   se=$(( $(num err_connect "$r") + $(num err_read "$r") + $(num err_write "$r") + $(num err_timeout "$r") ))
+  [ "$sys" = idemkey-pg ] && pgstat_delta "$OUT/logs/$name.pgstat0" "$req" >"$OUT/logs/$name.pgstat"
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
     "$sys" "$variant" "$procs" "$kind" "$c" "$(field duration_s "$r")" "$req" "$(field rps "$r")" \
     "$(field p50_ms "$r")" "$(field p90_ms "$r")" "$(field p99_ms "$r")" "$(field max_ms "$r")" \
@@ -295,11 +299,16 @@ pgbench_cell() {  # pgbench_cell VARIANT SCRIPT CLIENTS
   wait_quiet || q=NOISY
   name="pgbench-$variant-$s-c$c"; txt=$OUT/logs/$name.txt
   read -r w0 c0 < <(wal_stats)
+  pgstat_snap "$OUT/logs/$name.pgstat0"
   mon_start "$OUT/logs/$name.mon" ""
+  date -u +%s.%N >"$OUT/logs/$name.time"
   PGPASSWORD=$PGPASS PGOPTIONS='-c lock_timeout=2s -c statement_timeout=5s' RUN_NICE "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" \
     -U postgres -n -M prepared -c "$c" -j "$j" -T "$DUR" "${PGB_VARS[@]}" "${extra[@]}" -f "$OUT/pgbench/$s.sql" idemkey \
     >"$txt" 2>&1 || true
+  date -u +%s.%N >>"$OUT/logs/$name.time"
   mon=$(mon_stop "$OUT/logs/$name.mon")
+  pgstat_delta "$OUT/logs/$name.pgstat0" "$(grep -oP 'transactions actually processed: \K[0-9]+' "$txt" || echo 0)" \
+    >"$OUT/logs/$name.pgstat"
   read -r w1 c1 < <(wal_stats)
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$variant" "$s" "$(rt_of "$s")" "$c" "$DUR" \
     "$(grep -oP 'tps = \K[0-9.]+' "$txt" || echo NA)" "$(grep -oP 'latency average = \K[0-9.]+' "$txt" || echo NA)" \

@@ -20,21 +20,26 @@
 -- reference another order holds (`reference`, with that order's id) stores
 -- nothing. A reference taken by a concurrent transaction fails the
 -- statement on orders_account_reference; the caller runs it again.
+--
+-- The caller's account reaches the key lookups as a scalar subquery (an
+-- InitPlan parameter), never as a join column: joined, a generic plan built
+-- while a table was analyzed empty may put the table on the outer side and
+-- scan its whole index without the leading column, for every order, until
+-- the next analyze (the statement is prepared once per connection).
 WITH caller AS (
     SELECT account_id, account_id::text AS scope FROM api_tokens
     WHERE token_hash = $1::bytea AND revoked_at IS NULL
 ), existing AS (
     SELECT r.fingerprint, r.claim, r.status, r.lease_until, r.replay_until, r.created_at,
            r.response_status, r.response_headers, r.response_body, r.resource_id
-    FROM caller c
-    JOIN idempotency_records r
-      ON r.scope = c.scope AND r.operation = $2::text AND r.key = $3::text
+    FROM idempotency_records r
+    WHERE r.scope = (SELECT scope FROM caller) AND r.operation = $2::text AND r.key = $3::text
 ), product AS (
     SELECT 1 FROM products
     WHERE sku = $10::text AND unit_price_cents = $14::int8 AND currency = $15::text
 ), taken AS (
-    SELECT o.id FROM caller c
-    JOIN orders o ON o.account_id = c.account_id AND o.reference = $16::text
+    SELECT o.id FROM orders o
+    WHERE o.account_id = (SELECT account_id FROM caller) AND o.reference = $16::text
 ), claim AS (
     INSERT INTO idempotency_records
         (scope, operation, key, fingerprint, claim, status, response_status,
