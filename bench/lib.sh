@@ -87,26 +87,29 @@ mon_stop() { kill -TERM "$MON_PID" 2>/dev/null || true
 wal_stats() { PSQL postgres -tAc "SELECT (SELECT wal_sync FROM pg_stat_wal) || ' ' ||
   (SELECT sum(xact_commit) FROM pg_stat_database)" 2>/dev/null || echo "0 0"; }
 
-# Per-table and per-index reads in database idemkey (pg_stat_user_tables / _indexes), so a cell
-# whose plans read whole tables or indexes shows it: pgstat_snap FILE, then pgstat_delta BEFORE
-# REQUESTS > FILE.pgstat (one line per relation with what it read per request).
-pgstat_snap() { PSQL idemkey -tA -F' ' -c "SELECT 't', relname, seq_scan, seq_tup_read, coalesce(idx_scan, 0),
-  coalesce(idx_tup_fetch, 0), n_tup_ins, n_tup_upd, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables
-  UNION ALL SELECT 'i', indexrelname, 0, 0, idx_scan, idx_tup_read, 0, 0, 0, 0 FROM pg_stat_user_indexes" \
-  >"$1" 2>/dev/null || : >"$1"; }
+# Per-table and per-index reads in database idemkey (pg_stat_user_* and pg_statio_user_*), so a
+# cell whose plans read whole tables or indexes shows it: scans and tuples per request do not
+# show an index scan that walks every entry, its blocks per request do. pgstat_snap FILE, then
+# pgstat_delta BEFORE REQUESTS > FILE.pgstat (one line per relation, per request).
+pgstat_snap() { PSQL idemkey -tA -F' ' -c "SELECT 't', s.relname, seq_scan, seq_tup_read, coalesce(idx_scan, 0),
+  coalesce(idx_tup_fetch, 0), n_tup_ins, n_tup_upd, autovacuum_count, autoanalyze_count,
+  heap_blks_hit + heap_blks_read FROM pg_stat_user_tables s JOIN pg_statio_user_tables b USING (relid)
+  UNION ALL SELECT 'i', s.indexrelname, 0, 0, idx_scan, idx_tup_read, 0, 0, 0, 0, idx_blks_hit + idx_blks_read
+  FROM pg_stat_user_indexes s JOIN pg_statio_user_indexes b USING (indexrelid)" >"$1" 2>/dev/null || : >"$1"; }
 pgstat_delta() {  # pgstat_delta BEFORE REQUESTS -> per-request deltas on stdout (BEFORE is removed)
   local after; after=$(mktemp); pgstat_snap "$after"
   "$PY" - "$1" "$after" "$2" <<'PYEOF'
 import sys
 def load(p):
-    return {(f[0], f[1]): list(map(int, f[2:])) for f in (l.split() for l in open(p)) if len(f) == 10}
+    return {(f[0], f[1]): list(map(int, f[2:])) for f in (l.split() for l in open(p)) if len(f) == 11}
 a, b, n = load(sys.argv[1]), load(sys.argv[2]), max(int(sys.argv[3] or 0), 1)
-print('kind relation seq_scan seq_tup_read/req idx_scan/req idx_tup/req ins/req upd/req autovacuum autoanalyze')
+print('kind relation seq_scan seq_tup_read/req idx_scan/req idx_tup/req ins/req upd/req autovacuum autoanalyze '
+      'blocks/req')
 for k in sorted(b):
-    d = [y - x for x, y in zip(a.get(k, [0] * 8), b[k])]
+    d = [y - x for x, y in zip(a.get(k, [0] * 9), b[k])]
     if any(d):
         print(k[0], k[1], d[0], f'{d[1] / n:.2f}', f'{d[2] / n:.2f}', f'{d[3] / n:.2f}', f'{d[4] / n:.2f}',
-              f'{d[5] / n:.2f}', d[6], d[7])
+              f'{d[5] / n:.2f}', d[6], d[7], f'{d[8] / n:.2f}')
 PYEOF
   rm -f "$1" "$after"; }
 
