@@ -51,8 +51,11 @@ pub enum PgPooler {
 /// deployment, or a trim that emptied them, then ANALYZE), PostgreSQL caches
 /// a generic plan that scans `idempotency_records` sequentially, and keeps
 /// it until the next ANALYZE: one full scan per order, quadratic in the
-/// table's size. With sequential scans off the planner takes the index
-/// whatever the statistics say. Left to choose (`auto`), a connection
+/// table's size. With sequential scans off the planner takes an index
+/// whatever the statistics say; that it also takes the index's leading
+/// column is the statements' part: they bind the caller's account as a
+/// scalar subquery, never as a join column (see `create_order.sql`). Left
+/// to choose (`auto`), a connection
 /// decides at a statement's sixth execution, from the statistics of that
 /// moment, between that generic plan and planning every execution anew;
 /// for the fused order statement the second costs PostgreSQL twice the CPU
