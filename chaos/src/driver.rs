@@ -322,7 +322,8 @@ async fn run_op(shared: &Shared, rng: &mut Rng) -> OpHistory {
                     };
                     break 'op;
                 }
-                RetryStep::Stop => {
+                // The driver's tokens never expire: a 401/403 is final here.
+                RetryStep::Stop | RetryStep::HoldForAuth => {
                     op.final_state = Final::Stopped(status.unwrap_or(0));
                     break 'op;
                 }

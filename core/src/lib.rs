@@ -76,7 +76,7 @@ pub use request::{
     CheckedHead, HeadRules, RequestHead, bearer_token, check_body_len, check_head,
     is_json_media_type,
 };
-pub use retry::{AttemptOutcome, RetryPolicy, RetryStep, parse_retry_after};
+pub use retry::{AttemptOutcome, Earlier, RetryPolicy, RetryStep, parse_retry_after};
 pub use unknown::UnknownStep;
 
 /// Response header that marks a replayed response.

@@ -1,17 +1,33 @@
 //! The client retry policy: after each attempt, wait and send again with the
-//! same key, stop (the request must change), reconcile (look the operation
-//! up), or finish.
+//! same key, stop (the request must change), hold for re-authentication,
+//! reconcile (look the operation up), or finish.
 //!
-//! Pure: the caller passes the attempt number, what happened, and a random
-//! number in `[0, 1)` drawn from its own generator.
+//! Pure: the caller passes the attempt number, what happened, whether an
+//! earlier attempt of the same operation may have been applied ([`Earlier`]),
+//! and a random number in `[0, 1)` drawn from its own generator.
 //!
-//! | what happened | step |
-//! |---|---|
-//! | 2xx or 3xx | [`RetryStep::Done`] |
-//! | network error, 408, 409, 425, 429, 500, 502, 503, 504 | [`RetryStep::Wait`] within the budget, then [`RetryStep::Reconcile`] |
-//! | one of those with a problem code that no resend changes ([`ProblemCode::is_final`], e.g. 409 `order-reference-exists`) | [`RetryStep::Stop`] |
-//! | 410 | [`RetryStep::Reconcile`] |
-//! | any other 4xx or 5xx (400, 401, 403, 404, 413, 415, 422, ...) | [`RetryStep::Stop`] |
+//! | what happened | nothing sent before could have applied ([`Earlier::NotApplied`]) | an earlier attempt may have applied ([`Earlier::MaybeApplied`]) |
+//! |---|---|---|
+//! | 2xx or 3xx | [`RetryStep::Done`] | [`RetryStep::Done`] |
+//! | network error, 408, 409, 425, 429, 500, 502, 503, 504 | [`RetryStep::Wait`] within the budget, then [`RetryStep::Reconcile`] | the same |
+//! | a problem code that proves nothing was stored and no resend changes ([`ProblemCode::is_final`], 409 `order-reference-exists`) | [`RetryStep::Stop`] | [`RetryStep::Stop`] |
+//! | 410 | [`RetryStep::Reconcile`] | [`RetryStep::Reconcile`] |
+//! | 401, 403 | [`RetryStep::HoldForAuth`] | [`RetryStep::HoldForAuth`] |
+//! | any other 4xx or 5xx (400, 404, 405, 413, 415, 422, 501, ...) | [`RetryStep::Stop`] | [`RetryStep::Reconcile`] |
+//!
+//! Why the right column: a server answers 401/403, 404, 400, 413, 415 from
+//! checks made *before* it reads the key's record (credentials, route,
+//! request shape), so such an answer to a resend says that this attempt did
+//! nothing, not that the earlier one, whose answer was lost, did nothing.
+//! An expired token turns the resend of a committed order into a 401; a
+//! deploy or a proxy turns it into a 404. Ending the operation there (and
+//! dropping its key) is how the user's next click becomes a second order. So
+//! 401/403 keep the operation for the same key after sign-in, and the others
+//! look it up. 422 `idempotency-key-reused` proves the key *has* a record.
+//! Only a code that says the server read the key, found nothing, and stored
+//! nothing ([`ProblemCode::is_final`]) still ends it. A 401/403 holds even a
+//! first attempt: the request needs credentials, not a change, and dropping
+//! it would lose the purchase (a service worker's saved token goes stale).
 //!
 //! The wait is "full jitter": uniform in `[0, min(cap, base * 2^(attempt-1)))`,
 //! and never less than the server's `Retry-After`.
@@ -65,6 +81,51 @@ pub enum AttemptOutcome {
     },
 }
 
+/// Whether an earlier attempt of the same operation may have been applied by
+/// the server: some attempt before this one got no answer, a 5xx, a 408, a
+/// 409 in progress or a 410 ([`AttemptOutcome::may_have_applied`]), or was
+/// cut off with no outcome recorded (a reload mid-flight). Once
+/// `MaybeApplied`, an operation stays so.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Earlier {
+    /// This is the first attempt, or every earlier one was refused for sure
+    /// (a 425 or 429, answered before anything ran).
+    #[default]
+    NotApplied,
+    /// An earlier attempt may have been applied and its answer is unknown.
+    MaybeApplied,
+}
+
+impl Earlier {
+    /// What is known after an attempt that ended with `outcome`.
+    pub fn after(self, outcome: AttemptOutcome) -> Self {
+        if self == Self::MaybeApplied || outcome.may_have_applied() {
+            Self::MaybeApplied
+        } else {
+            Self::NotApplied
+        }
+    }
+}
+
+impl AttemptOutcome {
+    /// Whether the server may have applied the attempt: no answer, 2xx/3xx,
+    /// any 5xx, 408, 410 (the key was used), or a 409 other than one whose
+    /// code proves nothing was stored (409 in progress: an attempt of this
+    /// key is running). Other 4xx refuse the attempt before it runs.
+    pub fn may_have_applied(self) -> bool {
+        match self {
+            Self::NetworkError => true,
+            Self::Response { status, code, .. } => match status {
+                409 => !code.is_some_and(ProblemCode::is_final),
+                408 | 410 => true,
+                400..=499 => false,
+                _ => true,
+            },
+        }
+    }
+}
+
 /// What the client does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "camelCase")]
@@ -75,8 +136,13 @@ pub enum RetryStep {
         #[serde(rename = "delayMs")]
         delay_ms: u64,
     },
-    /// Final: the request itself must change (400, 401, 403, 413, 415, 422, ...).
+    /// Final: the request itself must change (400, 413, 415, 422, ... on an
+    /// operation that nothing earlier may have applied).
     Stop,
+    /// Not final: the credentials were refused (401, 403). Keep the
+    /// operation and its key, send nothing, and resume it (the same key)
+    /// once its account has signed in again.
+    HoldForAuth,
     /// Final for sending: look the operation up; never start a new one blindly.
     Reconcile,
     /// Final: the operation succeeded (or was replayed).
@@ -85,7 +151,9 @@ pub enum RetryStep {
 
 impl RetryPolicy {
     /// The step after attempt number `attempt` (1 for the first send) ended
-    /// with `outcome`; `random` is uniform in `[0, 1)` (values outside are clamped).
+    /// with `outcome`, when no earlier attempt may have been applied: the
+    /// same as [`RetryPolicy::step_after`] with [`Earlier::NotApplied`]. A
+    /// client that resends an operation uses `step_after`.
     ///
     /// ```
     /// use idemkey_core::{AttemptOutcome, RetryPolicy, RetryStep};
@@ -96,6 +164,33 @@ impl RetryPolicy {
     /// assert_eq!(policy.step(1, reused, 0.5), RetryStep::Stop);
     /// ```
     pub fn step(&self, attempt: u32, outcome: AttemptOutcome, random: f64) -> RetryStep {
+        self.step_after(attempt, Earlier::NotApplied, outcome, random)
+    }
+
+    /// The step after attempt number `attempt` (1 for the first send) ended
+    /// with `outcome`, `earlier` saying whether an attempt before it may have
+    /// been applied (see the module's table); `random` is uniform in `[0, 1)`
+    /// (values outside are clamped).
+    ///
+    /// ```
+    /// use idemkey_core::{AttemptOutcome, Earlier, RetryPolicy, RetryStep};
+    /// let policy = RetryPolicy::default();
+    /// let not_found = AttemptOutcome::Response { status: 404, retry_after_ms: None, code: None };
+    /// // Nothing was sent before: the request is wrong.
+    /// assert_eq!(policy.step_after(1, Earlier::NotApplied, not_found, 0.5), RetryStep::Stop);
+    /// // The first attempt's answer was lost: it may have committed.
+    /// let earlier = Earlier::NotApplied.after(AttemptOutcome::NetworkError);
+    /// assert_eq!(policy.step_after(2, earlier, not_found, 0.5), RetryStep::Reconcile);
+    /// let expired = AttemptOutcome::Response { status: 401, retry_after_ms: None, code: None };
+    /// assert_eq!(policy.step_after(2, earlier, expired, 0.5), RetryStep::HoldForAuth);
+    /// ```
+    pub fn step_after(
+        &self,
+        attempt: u32,
+        earlier: Earlier,
+        outcome: AttemptOutcome,
+        random: f64,
+    ) -> RetryStep {
         let retry_after_ms = match outcome {
             AttemptOutcome::NetworkError => None,
             AttemptOutcome::Response {
@@ -106,7 +201,9 @@ impl RetryPolicy {
                 200..=399 => return RetryStep::Done,
                 410 => return RetryStep::Reconcile,
                 _ if code.is_some_and(ProblemCode::is_final) => return RetryStep::Stop,
+                401 | 403 => return RetryStep::HoldForAuth,
                 408 | 409 | 425 | 429 | 500 | 502 | 503 | 504 => retry_after_ms,
+                _ if earlier == Earlier::MaybeApplied => return RetryStep::Reconcile,
                 _ => return RetryStep::Stop,
             },
         };
@@ -201,6 +298,72 @@ fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn response(status: u16) -> AttemptOutcome {
+        AttemptOutcome::Response {
+            status,
+            retry_after_ms: None,
+            code: None,
+        }
+    }
+
+    #[test]
+    fn a_refusal_after_an_uncertain_attempt_does_not_end_the_operation() {
+        let p = RetryPolicy::default();
+        let uncertain = Earlier::NotApplied.after(AttemptOutcome::NetworkError);
+        assert_eq!(uncertain, Earlier::MaybeApplied);
+        for status in [400, 404, 405, 413, 415, 422, 501] {
+            assert_eq!(
+                p.step_after(1, Earlier::NotApplied, response(status), 0.5),
+                RetryStep::Stop,
+                "{status} on a first attempt"
+            );
+            assert_eq!(
+                p.step_after(2, uncertain, response(status), 0.5),
+                RetryStep::Reconcile,
+                "{status} after a lost answer"
+            );
+        }
+        for status in [401, 403] {
+            for earlier in [Earlier::NotApplied, Earlier::MaybeApplied] {
+                assert_eq!(
+                    p.step_after(2, earlier, response(status), 0.5),
+                    RetryStep::HoldForAuth
+                );
+            }
+        }
+        let exists = AttemptOutcome::Response {
+            status: 409,
+            retry_after_ms: None,
+            code: Some(ProblemCode::OrderReferenceExists),
+        };
+        assert_eq!(p.step_after(2, uncertain, exists, 0.5), RetryStep::Stop);
+    }
+
+    #[test]
+    fn what_may_have_applied() {
+        for status in [201, 408, 409, 410, 500, 503, 504, 501] {
+            assert!(response(status).may_have_applied(), "{status}");
+        }
+        for status in [400, 401, 403, 404, 413, 415, 422, 425, 429] {
+            assert!(!response(status).may_have_applied(), "{status}");
+        }
+        let exists = AttemptOutcome::Response {
+            status: 409,
+            retry_after_ms: None,
+            code: Some(ProblemCode::OrderReferenceExists),
+        };
+        assert!(!exists.may_have_applied());
+        // Once uncertain, a later refusal does not make it certain again.
+        assert_eq!(
+            Earlier::MaybeApplied.after(response(404)),
+            Earlier::MaybeApplied
+        );
+        assert_eq!(
+            Earlier::NotApplied.after(response(429)),
+            Earlier::NotApplied
+        );
+    }
 
     #[test]
     fn rfc_example_date() {

@@ -48,7 +48,8 @@ impl RetryPolicy {
     /// The step after a lookup answered `unknown` at `now`, for an operation
     /// first sent at `first_sent_at` that has made `attempt` attempts;
     /// `replay_window_ms` is the server's published window
-    /// (`retention.replayWindowSeconds` in `GET /openapi.json`, times 1000),
+    /// (`x-idempotency.retention.replayWindowSeconds` in `GET /openapi.json`,
+    /// times 1000),
     /// `random` uniform in `[0, 1)`.
     ///
     /// Inside the window (`now - first_sent_at < replay_window_ms`) it is

@@ -2,8 +2,8 @@
 //! ignore member order, `decide` and the retry policy are total.
 
 use idemkey_core::{
-    AttemptOutcome, Decision, ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId,
-    RetryPolicy, RetryStep, Stored, UnixMillis, decide,
+    AttemptOutcome, Decision, Earlier, ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile,
+    OperationId, RetryPolicy, RetryStep, Stored, UnixMillis, decide,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -177,6 +177,7 @@ proptest! {
         status in prop_oneof![Just(0u16), 100u16..600],
         retry_after in proptest::option::of(0u64..100_000),
         random in any::<f64>(),
+        maybe_applied in any::<bool>(),
     ) {
         let policy = RetryPolicy::default();
         let outcome = if status == 0 {
@@ -184,7 +185,8 @@ proptest! {
         } else {
             AttemptOutcome::Response { status, retry_after_ms: retry_after, code: None }
         };
-        match policy.step(attempt, outcome, random) {
+        let earlier = if maybe_applied { Earlier::MaybeApplied } else { Earlier::NotApplied };
+        match policy.step_after(attempt, earlier, outcome, random) {
             RetryStep::Wait { delay_ms } => {
                 prop_assert!(attempt < policy.max_attempts);
                 if status != 0 {
@@ -193,7 +195,11 @@ proptest! {
                 prop_assert!(delay_ms <= policy.cap_ms.max(retry_after.unwrap_or(0)));
             }
             RetryStep::Done => prop_assert!((200..400).contains(&status)),
-            RetryStep::Stop | RetryStep::Reconcile => {}
+            RetryStep::HoldForAuth => prop_assert!(status == 401 || status == 403),
+            // Once an earlier attempt may have applied, only a code that
+            // proves nothing was stored ends the operation (none here).
+            RetryStep::Stop => prop_assert!(!maybe_applied),
+            RetryStep::Reconcile => {}
         }
     }
 }

@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use idemkey_core::{
-    AttemptOutcome, DEFAULT_REPLAY_HEADERS, Decision, ExpiryPolicy, Fingerprint, IdempotencyKey,
-    KeyProfile, LookupState, NEVER_REPLAYED_HEADERS, NewOrder, ORDER_OPERATION, OperationId,
-    Problem, ProblemCode, RetryPolicy, RetryStep, Stored, UnixMillis, canonical_json, decide,
-    downstream_key, is_replayed_header,
+    AttemptOutcome, DEFAULT_REPLAY_HEADERS, Decision, Earlier, ExpiryPolicy, Fingerprint,
+    IdempotencyKey, KeyProfile, LookupState, NEVER_REPLAYED_HEADERS, NewOrder, ORDER_OPERATION,
+    OperationId, Problem, ProblemCode, RetryPolicy, RetryStep, Stored, UnixMillis, canonical_json,
+    decide, downstream_key, is_replayed_header,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -248,7 +248,20 @@ fn retry_vectors() {
         let attempt = u32::try_from(case["attempt"].as_u64().unwrap()).unwrap();
         let random = case["random"].as_f64().unwrap();
         let want: RetryStep = serde_json::from_value(case["step"].clone()).unwrap();
-        assert_eq!(policy.step(attempt, outcome, random), want, "{name}");
+        let earlier: Earlier = serde_json::from_value(case["earlier"].clone()).unwrap();
+        assert_eq!(
+            policy.step_after(attempt, earlier, outcome, random),
+            want,
+            "{name}"
+        );
+        if earlier == Earlier::NotApplied {
+            assert_eq!(policy.step(attempt, outcome, random), want, "{name}: step");
+        }
+        assert_eq!(
+            Some(outcome.may_have_applied()),
+            case["mayHaveApplied"].as_bool(),
+            "{name}: may_have_applied"
+        );
         // The wire form the wasm layer returns is exactly the vector's.
         assert_eq!(serde_json::to_value(want).unwrap(), case["step"], "{name}");
     }

@@ -423,18 +423,31 @@ def http_fingerprint_cases():
 
 
 def retry_cases():
+    # RetryPolicy::step_after(attempt, earlier, outcome, random). `earlier` says whether an
+    # earlier attempt of the operation may have been applied; `mayHaveApplied` is
+    # AttemptOutcome::may_have_applied of the case's outcome (what `earlier` becomes after it).
     policy = {"baseMs": 250, "capMs": 30_000, "maxAttempts": 8}
     cases = []
-
-    def case(name, attempt, outcome, random, step):
-        cases.append({"name": name, "attempt": attempt, "outcome": outcome, "random": random,
-                      "step": step})
 
     def resp(s, ra=None, code=None):
         out = {"kind": "response", "status": s, "retryAfterMs": ra}
         if code is not None:
             out["code"] = code
         return out
+
+    def may_have_applied(outcome):
+        if outcome["kind"] == "networkError":
+            return True
+        s = outcome["status"]
+        if s == 409:
+            return outcome.get("code") != "order-reference-exists"
+        if s in (408, 410):
+            return True
+        return not 400 <= s <= 499
+
+    def case(name, attempt, outcome, random, step, earlier="notApplied"):
+        cases.append({"name": name, "attempt": attempt, "earlier": earlier, "outcome": outcome,
+                      "random": random, "step": step, "mayHaveApplied": may_have_applied(outcome)})
     net = {"kind": "networkError"}
     case("201 is done", 1, resp(201), 0.5, {"action": "done"})
     case("replayed 201 is done", 3, resp(201), 0.5, {"action": "done"})
@@ -456,8 +469,31 @@ def retry_cases():
          0.1, {"action": "wait", "delayMs": 1_000})
     case("409 order-reference-exists stops: no resend changes it", 1,
          resp(409, None, "order-reference-exists"), 0.5, {"action": "stop"})
-    for status in (400, 401, 403, 404, 413, 415, 422):
-        case(f"{status} stops: the request must change", 1, resp(status), 0.5, {"action": "stop"})
+    for status in (400, 404, 413, 415, 422, 501):
+        case(f"{status} on a first attempt stops: the request must change", 1, resp(status), 0.5,
+             {"action": "stop"})
+    for status in (401, 403):
+        case(f"{status} on a first attempt holds for sign-in: the credentials must change, not the request",
+             1, resp(status), 0.5, {"action": "holdForAuth"})
+    # After an attempt whose answer was lost (it may have committed), a refusal made before the
+    # server reads the key's record proves nothing about that attempt.
+    for status in (401, 403):
+        case(f"{status} after an uncertain attempt holds for sign-in (same key afterwards)", 2,
+             resp(status, code="unauthorized" if status == 401 else None), 0.5,
+             {"action": "holdForAuth"}, "maybeApplied")
+    for status, code in ((400, "request-invalid"), (404, "not-found"), (404, None), (405, None),
+                         (413, "payload-too-large"), (415, "unsupported-media-type"),
+                         (422, "idempotency-key-reused"), (418, None), (501, None)):
+        label = f"{status} {code}" if code else str(status)
+        case(f"{label} after an uncertain attempt is looked up, not ended", 2, resp(status, code=code),
+             0.5, {"action": "reconcile"}, "maybeApplied")
+    case("409 order-reference-exists after an uncertain attempt stops: nothing was stored", 2,
+         resp(409, None, "order-reference-exists"), 0.5, {"action": "stop"}, "maybeApplied")
+    case("network error after an uncertain attempt waits as before", 2, net, 0.5,
+         {"action": "wait", "delayMs": 250}, "maybeApplied")
+    case("201 after an uncertain attempt is done", 3, resp(201), 0.5, {"action": "done"}, "maybeApplied")
+    case("429 refuses before anything runs", 1, resp(429, 1_000), 0.5, {"action": "wait", "delayMs": 1_000})
+    case("408 may have run", 1, resp(408), 0.5, {"action": "wait", "delayMs": 125})
     return {"policy": policy, "cases": cases}
 
 
@@ -702,7 +738,7 @@ FILES = {
     "lookups.json": lambda: counted("LookupState::of(stored, now): the state GET /operations/{key} reports. Fingerprint A stands for the stored request; times in Unix ms.", lookup_cases()),
     "replay_headers.json": lambda: {**counted("is_replayed_header(header, allow): whether a response header is stored and sent again on replay under the allowlist.", replay_header_cases()), "default": DEFAULT_REPLAY, "never": NEVER_REPLAYED},
     "http_fingerprints.json": lambda: counted("Fingerprint::of_http(operation, method, path, content_type, body): SHA-256 of the canonical [1, operation, {method, path, body}]; body is the UTF-8 text in `body`, or the bytes in `body_hex`.", http_fingerprint_cases(), version=1),
-    "retry.json": lambda: {"description": "RetryPolicy::step(attempt, outcome, random) with the default policy.", **retry_cases()},
+    "retry.json": lambda: {"description": "RetryPolicy::step_after(attempt, earlier, outcome, random) with the default policy; earlier is notApplied or maybeApplied (an earlier attempt of the operation may have been applied); mayHaveApplied is AttemptOutcome::may_have_applied(outcome).", **retry_cases()},
     "problems.json": lambda: {"description": "Every problem code with its status, title and type; exact bodies and headers of the problem constructors.", **problem_cases()},
     "orders.json": lambda: {"description": "POST /orders:v1 bodies: the validated order or the exact request-invalid problem body.", "cases": order_cases()},
     "downstream_keys.json": lambda: counted(f"downstream_key(scope, operation, key, effect): SHA-256 of the domain tag {DOWNSTREAM_DOMAIN!r} then each input as a u32 big-endian byte length and its UTF-8 bytes; the first 16 bytes as a UUIDv8 (version 8, RFC 9562 variant). `key` is what `key_header` parses to under `profile`; `sha256` is the whole digest.", downstream_cases(ARTICLE_KEY), domain=DOWNSTREAM_DOMAIN),
@@ -720,7 +756,7 @@ MINIMUMS = {
     "lookups.json": {"cases": 12},
     "replay_headers.json": {"cases": 30},
     "http_fingerprints.json": {"cases": 36},
-    "retry.json": {"cases": 19},
+    "retry.json": {"cases": 38},
     "problems.json": {"codes": 15, "bodies": 12},
     "orders.json": {"cases": 25},
     "downstream_keys.json": {"cases": 14},

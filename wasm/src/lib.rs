@@ -29,8 +29,8 @@
 //! ```
 
 use idemkey_core::{
-    AttemptOutcome, Fingerprint, FingerprintError, IdempotencyKey, KeyError, KeyProfile, NewOrder,
-    ORDER_OPERATION, OperationId, ProblemCode, RetryPolicy, UnixMillis, UnknownProfile,
+    AttemptOutcome, Earlier, Fingerprint, FingerprintError, IdempotencyKey, KeyError, KeyProfile,
+    NewOrder, ORDER_OPERATION, OperationId, ProblemCode, RetryPolicy, UnixMillis, UnknownProfile,
     parse_retry_after,
 };
 use serde::Serialize;
@@ -47,8 +47,8 @@ const TS_TYPES: &'static str = r#"
 export interface RetryOutcome { status?: number; retryAfter?: string | null; retryAfterMs?: number | null; code?: string | null; networkError?: boolean }
 /** After a lookup answered `unknown`: resend the same key after `delayMs` (inside the replay window), or hand the operation to the application (past it). */
 export interface UnknownStep { action: "resend" | "needsDecision"; delayMs?: number }
-/** The client's next step: wait and resend with the same key, stop (the request must change), reconcile (look the operation up) or done. */
-export interface RetryStep { action: "wait" | "stop" | "reconcile" | "done"; delayMs?: number }
+/** The client's next step: wait and resend with the same key, stop (the request must change), hold for sign-in (401/403: keep the key, resume after sign-in), reconcile (look the operation up) or done. */
+export interface RetryStep { action: "wait" | "stop" | "holdForAuth" | "reconcile" | "done"; delayMs?: number }
 /** Retry parameters; the defaults are base 250 ms, cap 30 s, 8 attempts. */
 export interface RetryPolicy { baseMs: number; capMs: number; maxAttempts: number }
 /** An RFC 9457 problem document as sent by idemkey (read it with JSON.parse). */
@@ -187,24 +187,50 @@ pub fn downstream_key_js(
     Ok(idemkey_core::downstream_key(scope, &operation, &key, effect).to_string())
 }
 
-/// `retryStep(attempt, outcome, random, policy?)`: what the client does after
-/// attempt number `attempt` (1 for the first send) ended with `outcome`;
-/// `random` is uniform in `[0, 1)`, e.g. `Math.random()`. Returns
-/// `{action: "wait", delayMs}`, `{action: "stop"}`, `{action: "reconcile"}`
-/// or `{action: "done"}`.
+/// `retryStep(attempt, outcome, random, policy?, maybeApplied?)`: what the
+/// client does after attempt number `attempt` (1 for the first send) ended
+/// with `outcome`; `random` is uniform in `[0, 1)`, e.g. `Math.random()`;
+/// `maybeApplied` is whether an earlier attempt of the operation may have
+/// been applied (default false; see `attemptMayHaveApplied`): then a 404,
+/// 400, 422, ... is looked up instead of ending the operation. Returns
+/// `{action: "wait", delayMs}`, `{action: "stop"}`, `{action: "holdForAuth"}`,
+/// `{action: "reconcile"}` or `{action: "done"}`.
 #[wasm_bindgen(js_name = retryStep, unchecked_return_type = "RetryStep")]
 pub fn retry_step(
     attempt: u32,
     #[wasm_bindgen(unchecked_param_type = "RetryOutcome")] outcome: JsValue,
     random: f64,
     #[wasm_bindgen(unchecked_param_type = "RetryPolicy | undefined")] policy: JsValue,
+    #[wasm_bindgen(js_name = maybeApplied)] maybe_applied: Option<bool>,
 ) -> Result<JsValue, JsValue> {
     let outcome = Outcome::from_js(&outcome)?;
     let policy = policy_from_js(&policy)?;
+    let earlier = if maybe_applied == Some(true) {
+        Earlier::MaybeApplied
+    } else {
+        Earlier::NotApplied
+    };
     // The one place this crate reads the clock (an HTTP-date Retry-After is
     // measured from now).
     let now = || UnixMillis(js_sys::Date::now() as u64);
-    Ok(to_js(&policy.step(attempt, outcome.into_core(now), random)))
+    Ok(to_js(&policy.step_after(
+        attempt,
+        earlier,
+        outcome.into_core(now),
+        random,
+    )))
+}
+
+/// `attemptMayHaveApplied(outcome)`: whether the server may have applied an
+/// attempt that ended with `outcome` (no answer, a 5xx, 408, 409 in
+/// progress, 410, 2xx): from then on, pass `maybeApplied` to `retryStep`.
+#[wasm_bindgen(js_name = attemptMayHaveApplied)]
+pub fn attempt_may_have_applied(
+    #[wasm_bindgen(unchecked_param_type = "RetryOutcome")] outcome: JsValue,
+) -> Result<bool, JsValue> {
+    // A Retry-After does not change the answer: no clock needed.
+    let outcome = Outcome::from_js(&outcome)?.into_core(|| UnixMillis(0));
+    Ok(outcome.may_have_applied())
 }
 
 /// `afterUnknown(attempt, firstSentAt, now, replayWindowMs, random, policy?)`:

@@ -118,9 +118,13 @@ export function runVectors(wasm, vectors) {
   expectEqual(wasm.defaultRetryPolicy(), policy, "default retry policy");
   for (const c of vectors.retry.cases) {
     run("retry", c.name, () => {
+      const maybeApplied = c.earlier === "maybeApplied";
+      if (!maybeApplied && c.earlier !== "notApplied") throw new Error(`unknown earlier ${c.earlier}`);
       for (const outcome of outcomes(c.outcome)) {
-        expectEqual(wasm.retryStep(c.attempt, outcome, c.random), c.step, `step for ${canon(outcome)}`);
-        expectEqual(wasm.retryStep(c.attempt, outcome, c.random, policy), c.step, "explicit policy");
+        expectEqual(wasm.retryStep(c.attempt, outcome, c.random, policy, maybeApplied), c.step, `step for ${canon(outcome)}`);
+        expectEqual(wasm.retryStep(c.attempt, outcome, c.random, undefined, maybeApplied), c.step, "default policy");
+        if (!maybeApplied) expectEqual(wasm.retryStep(c.attempt, outcome, c.random), c.step, "maybeApplied left out");
+        expectEqual(wasm.attemptMayHaveApplied(outcome), c.mayHaveApplied, `attemptMayHaveApplied(${canon(outcome)})`);
       }
     });
   }

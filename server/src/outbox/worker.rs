@@ -258,7 +258,9 @@ impl Worker {
                 after: Duration::from_millis(delay_ms),
                 error,
             },
-            RetryStep::Stop => Settlement::Failed { reason: error },
+            // The provider's 401/403 ends the payment as before; whether it
+            // should be retried is the provider's rule, not the browser's.
+            RetryStep::Stop | RetryStep::HoldForAuth => Settlement::Failed { reason: error },
             RetryStep::Reconcile | RetryStep::Done => Settlement::Dead { error },
         }
     }
