@@ -4,7 +4,9 @@
 //   ?baseMs=4000&capMs=4000&maxAttempts=8  the retry policy
 //   &random=0.9                            a fixed jitter draw instead of Math.random
 //   &attemptTimeoutMs=15000                the client's per-attempt timeout
-//   &replayWindowMs=86400000               instead of the server's published window
+//   &replayWindowMs=86400000               instead of the window the server publishes
+//                                          (x-idempotency.retention.replayWindowSeconds
+//                                          of /openapi.json, which the client reads itself)
 //   &account=demo-b                        the account this tab starts with
 //
 // sw.js (a service worker) finishes operations left waiting for the network
@@ -66,12 +68,6 @@ async function demoAccounts() {
   return usable ? stored : [];
 }
 
-/** A short SHA-256 of the token: the client's scope, without storing the token again. */
-async function scopeOf(token) {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token));
-  return [...new Uint8Array(digest).slice(0, 8)].map((b) => b.toString(16).padStart(2, "0")).join("");
-}
-
 function policyFromParams(base) {
   const policy = { ...base };
   for (const name of ["baseMs", "capMs", "maxAttempts"]) {
@@ -80,22 +76,13 @@ function policyFromParams(base) {
   return policy;
 }
 
-/** The server's replay window, as published in GET /openapi.json (else the client's default). */
-async function publishedReplayWindowMs() {
-  if (params.has("replayWindowMs")) return Number(params.get("replayWindowMs"));
-  try {
-    const contract = await (await fetch("/openapi.json", { cache: "no-store" })).json();
-    const seconds = contract?.retention?.replayWindowSeconds;
-    if (Number.isInteger(seconds)) return seconds * 1000;
-  } catch {
-    // an older server: the client's default (24 h)
-  }
-  return undefined;
-}
-
 await init();
 const accounts = await demoAccounts();
-for (const account of accounts) account.scope = await scopeOf(account.token);
+// The client's scope is the account, never its token: demo mode replaces
+// the tokens at every start (and real tokens expire and rotate), and a scope
+// that changed with them would leave the account's pending operations held
+// for good.
+for (const account of accounts) account.scope = account.name;
 // The service worker finishes offline work after the tab is closed
 // (Background Sync), with the credentials of each operation's own account.
 const worker = navigator.serviceWorker
@@ -139,7 +126,8 @@ const client = await IdempotentClient.create({
   policy: policyFromParams(defaultRetryPolicy()),
   random: fixedRandom === null ? Math.random : () => fixedRandom,
   attemptTimeoutMs: params.has("attemptTimeoutMs") ? Number(params.get("attemptTimeoutMs")) : undefined,
-  replayWindowMs: await publishedReplayWindowMs(),
+  // Unset: the client reads the server's own window from its contract.
+  replayWindowMs: params.has("replayWindowMs") ? Number(params.get("replayWindowMs")) : undefined,
   backgroundSync: SYNC_TAG,
 });
 
@@ -186,6 +174,7 @@ function view(op) {
   }
   Object.assign(row, { attempts: op.attempts, nextAttemptAt: op.nextAttemptAt, final: false });
   if (op.decision) row.state = "needs-decision";
+  else if (op.authHold) row.state = "needs-auth";
   else if (op.last?.sending) row.state = "sending";
   else if (op.last?.action === "wait" || op.last?.action === "resend") row.state = "waiting";
   else if (op.phase === "lookup" || op.last?.action === "reconcile") row.state = "reconciling";
@@ -215,7 +204,12 @@ client.subscribe((event) => {
       row.state = "busy";
       break;
     case "held":
-      log(`${short(op.id)} held: it belongs to another account, never sent with this one's token`);
+      if (event.reason === "auth") {
+        row.state = "needs-auth";
+        log(`${short(op.id)} held: the server refused the credentials (${op.authHold?.status}); kept with its key until the account signs in again`);
+      } else {
+        log(`${short(op.id)} held: it belongs to another account, never sent with this one's token`);
+      }
       break;
     case "offline":
       row.state = "offline";
@@ -312,6 +306,8 @@ function stateText(row) {
       return "looking the operation up";
     case "needs-decision":
       return "unknown past the replay window: needs a decision";
+    case "needs-auth":
+      return "held: sign in again (kept with its key)";
     case "done":
       return `done: ${row.status}${row.replayed ? " (replayed)" : ""}`;
     case "stopped":
@@ -366,7 +362,9 @@ function render() {
       tr.append(td);
     }
     const actions = document.createElement("td");
-    if (!held && row.state === "needs-decision") {
+    if (!held && row.state === "needs-auth") {
+      actions.append(button("Discard", "Forget the operation; its key is never sent again.", () => client.discard(row.id)));
+    } else if (!held && row.state === "needs-decision") {
       actions.append(
         button("Resend (same key)", "Only if you checked that it did not happen: sends it again with its key.", () => client.resend(row.id)),
         button("Discard", "Forget the operation; its key is never sent again.", () => client.discard(row.id)),
@@ -374,7 +372,7 @@ function render() {
     } else if (!held && !row.final && row.state !== "busy") {
       const force = button(
         "Resend with quantity +1 (same key)",
-        "What a buggy client does: another payload under the same key. The server answers 422.",
+        "What a buggy client does: another payload under the same key. The server answers 422 and creates nothing; after a lost answer the client then looks the key up.",
         () =>
           client.forceBody(row.id, {
             sku: row.sku,
@@ -577,9 +575,12 @@ $("buy-form").addEventListener("submit", (event) => {
 });
 
 // Pending operations from an earlier visit (or another tab) are resumed;
-// the client resumes them again on `online`.
+// the client resumes them again on `online`. The page has just read this
+// start's tokens: for the client that is a sign-in, so operations a 401 held
+// (the service worker's token from before a server restart, say) are sent
+// again with their own keys.
 for (const op of await client.pending()) view(op);
 render();
 refreshOrders();
-client.resumePending().catch((err) => log(`error: ${err.message}`));
+client.accountChanged().catch((err) => log(`error: ${err.message}`));
 window.idemkeyDemo = { client, rows, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name };

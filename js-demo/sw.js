@@ -4,7 +4,12 @@
 //
 // Each operation is sent only with the credentials of the account that
 // created it: one IdempotentClient per account the page left credentials
-// for, with that account's scope. Operations of other accounts stay held.
+// for, with that account's scope (its name, not its token). Operations of
+// other accounts stay held. The saved tokens go stale when the demo server
+// restarts (it issues new ones): the 401 then holds the operation with its
+// key (`needs-auth`) and the next page load, which reads the new tokens,
+// sends it again. Each client reads the server's replay window from its
+// contract, as the page's does.
 import { IdempotentClient } from "./pkg/idempotent-client.js";
 import { SYNC_TAG, loadAccounts } from "./worker-accounts.js";
 

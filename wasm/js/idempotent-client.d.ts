@@ -28,6 +28,16 @@ export interface StoredOperation {
   phase: "send" | "lookup";
   /** Set when a lookup said `unknown` past the replay window: the application decides. */
   decision: null | { reason: "unknown-past-window"; at: number; lookup: OperationLookup };
+  /**
+   * Whether an attempt may have been applied by the server (no answer, 5xx,
+   * 408, 409 in progress, 410, or cut off by a reload). From then on a 404,
+   * 400, 422, ... is looked up rather than ending the operation, and no
+   * resend goes out past the replay window without a lookup first.
+   * Absent on operations stored by an older client (then: `attempts > 0`).
+   */
+  maybeApplied?: boolean;
+  /** Set when the server refused the credentials (401/403): kept, unsent, until `accountChanged()`. */
+  authHold?: null | { status: number; at: number; code?: string };
   /** What the last attempt did. */
   last: null | {
     at: number;
@@ -36,6 +46,7 @@ export interface StoredOperation {
     status?: number;
     retryAfter?: string | null;
     action?: RetryStep["action"] | "resend" | "needs-decision";
+    code?: string | null;
     delayMs?: number;
     lookup?: OperationLookup | null;
   };
@@ -45,7 +56,7 @@ export interface StoredOperation {
 export type OperationSummary = Pick<
   StoredOperation,
   "id" | "scope" | "operation" | "attempts" | "createdAt" | "firstSentAt" | "nextAttemptAt" | "phase" | "decision" | "last"
->;
+> & { maybeApplied: boolean | null; authHold: StoredOperation["authHold"] | null };
 
 /** The server's answer to GET /operations/{key}. */
 export interface OperationLookup {
@@ -60,7 +71,18 @@ export interface OperationLookup {
 /** How an operation ended (the stored operation is deleted), or why it is not being sent now. */
 export type OperationResult =
   | { state: "done"; id: string; key: string; status: number; replayed: boolean; location: string | null; body: unknown }
+  /**
+   * Ended by an answer that proves the request was not applied: a 4xx on an
+   * operation that nothing earlier may have applied (400, 404, 413, 415,
+   * 422, ...), or 409 `order-reference-exists` at any time.
+   */
   | { state: "stopped"; id: string; key: string; status: number; problem?: Problem }
+  /**
+   * The server refused the credentials (401/403), on a send or a lookup:
+   * kept with its key, not sent, until `accountChanged()` (sign-in again,
+   * a new token); then sent again with the same key. `discard(id)` drops it.
+   */
+  | { state: "needs-auth"; id: string; key: string; status: number; maybeApplied: boolean }
   | { state: "reconciled"; id: string; key: string; lookup: OperationLookup }
   /** The lookup said `unknown` past the replay window: kept, not sent, until `resend(id)` or `discard(id)`. */
   | { state: "needs-decision"; id: string; key: string; firstSentAt: number; attempts: number; lookup: OperationLookup }
@@ -78,18 +100,22 @@ export type ClientEvent =
   | { type: "final"; op: StoredOperation | OperationSummary; result: OperationResult; remote: boolean }
   | { type: "decision"; op: StoredOperation | OperationSummary; result: OperationResult; remote: boolean }
   | { type: "busy"; op: StoredOperation; remote: false }
-  | { type: "held"; op: StoredOperation; reason: "other-scope"; remote: false }
+  | { type: "held"; op: StoredOperation; reason: "other-scope" | "auth"; remote: false }
   | { type: "offline"; op: StoredOperation; remote: false };
 
 export interface ClientOptions {
   /** Prefix of every URL, e.g. "https://api.example". Default "" (same origin). */
   baseUrl?: string;
   /**
-   * Who is signed in now, e.g. the account id or a hash of the token,
+   * Which account is signed in now: its account id (e.g. `session.accountId`),
    * evaluated with `headers()` before every request. An operation is only
    * sent while the scope that created it is the current one: the server
    * scopes keys per account, so the same key sent for another account would
-   * create a second effect. A constant string is accepted. Default "".
+   * create a second effect. Use the account, never the token or a hash of
+   * it: tokens are rotated and expire, and a new token's scope would leave
+   * every pending operation of the same account held (`other-scope`) for
+   * good, so the user's next click would make a second order. A constant
+   * string is accepted. Default "".
    */
   scope?: string | (() => string | Promise<string>);
   /** The signed-in account's request headers, e.g. () => ({ Authorization: `Bearer ${token}` }). */
@@ -103,10 +129,15 @@ export interface ClientOptions {
   /** Wait before sending again when a lookup says in_progress or fails. Default 5000. */
   reconcileDelayMs?: number;
   /**
-   * The server's replay window in ms (`retention.replayWindowSeconds` of its
-   * GET /openapi.json, times 1000). A lookup that says `unknown` is resent
-   * with the same key inside it, and handed to the application past it.
-   * Default 86400000 (24 h, the server's default).
+   * The server's replay window in ms. A lookup that says `unknown` is resent
+   * with the same key inside it, and handed to the application past it; an
+   * operation that may have been applied is never resent past it without a
+   * lookup first. Default: read from the server's own contract when first
+   * needed, `x-idempotency.retention.replayWindowSeconds` of
+   * `GET {baseUrl}/openapi.json` times 1000 (see `publishedReplayWindowMs`),
+   * and kept once read; while it cannot be read, nothing is resent on a
+   * guess (the operation is looked up again later). Give it only for a
+   * server that does not publish that member.
    */
   replayWindowMs?: number;
   /**
@@ -125,6 +156,12 @@ export interface ClientOptions {
   wasmUrl?: string | URL;
   fetch?: typeof fetch;
 }
+
+/**
+ * The server's replay window in ms: `x-idempotency.retention.replayWindowSeconds`
+ * of `GET {baseUrl}/openapi.json`, times 1000; null when it cannot be read.
+ */
+export declare function publishedReplayWindowMs(options?: { baseUrl?: string; fetch?: typeof fetch }): Promise<number | null>;
 
 export declare class IdempotentClient {
   static create(options?: ClientOptions): Promise<IdempotentClient>;

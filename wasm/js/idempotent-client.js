@@ -7,23 +7,46 @@
 // An operation belongs to the account (scope) that created it. The scope is
 // evaluated with the credentials for every request, so an operation is never
 // sent with another account's token: it is held (`other-scope`) until its
-// account is signed in again. `unknown` from the lookup never ends an
-// operation inside the replay window; the core (`afterUnknown`) says when it
-// must be handed to the application instead. Offline, nothing is sent and no
-// attempt is counted; `online` resumes, and Background Sync (the
-// `backgroundSync` option and a service worker that calls resumePending) can
-// finish the work after the tab is closed.
+// account is signed in again. A 401/403 holds it too (`needs-auth`), with
+// its key, until `accountChanged()` says the account signed in again. Once an
+// attempt may have been applied (no answer, 5xx, ...), a later 404, 400, 422
+// ... is looked up instead of ending the operation, and it is never resent
+// past the server's replay window (read from the server's contract) without
+// a lookup first. `unknown` from the lookup never ends an operation inside
+// the replay window; the core (`afterUnknown`) says when it must be handed
+// to the application instead. Offline, nothing is sent and no attempt is
+// counted; `online` resumes, and Background Sync (the `backgroundSync`
+// option and a service worker that calls resumePending) can finish the work
+// after the tab is closed.
 //
 // Every rule (key format, fingerprint, retry steps, what `unknown` means)
 // comes from idemkey-core through the wasm module; this file only moves data
 // between fetch, IndexedDB, Web Locks, BroadcastChannel and the caller.
 
-import init, { afterUnknown, fingerprint, newKey, parseKey, retryStep } from "./idemkey_wasm.js";
+import init, { afterUnknown, attemptMayHaveApplied, fingerprint, newKey, parseKey, retryStep } from "./idemkey_wasm.js";
 
 const STORE = "operations";
 const LOCK_PREFIX = "idemkey-op:";
-/** The server's default replay window (24 h); see `replayWindowMs`. */
-const DEFAULT_REPLAY_WINDOW_MS = 86_400_000;
+/** Where the server's contract says how long it replays: `x-idempotency.retention.replayWindowSeconds` of GET /openapi.json. */
+const CONTRACT_PATH = "/openapi.json";
+
+/**
+ * The server's replay window in ms, read from its published contract
+ * (`x-idempotency.retention.replayWindowSeconds` of `GET {baseUrl}/openapi.json`,
+ * times 1000); null when it cannot be read (no answer, no such member).
+ * @param {{baseUrl?: string, fetch?: typeof fetch}} [options]
+ * @returns {Promise<number | null>}
+ */
+export async function publishedReplayWindowMs({ baseUrl = "", fetch: get = globalThis.fetch.bind(globalThis) } = {}) {
+  try {
+    const response = await get(baseUrl + CONTRACT_PATH, { cache: "no-store" });
+    if (!response.ok) return null;
+    const seconds = (await response.json())?.["x-idempotency"]?.retention?.replayWindowSeconds;
+    return Number.isSafeInteger(seconds) && seconds >= 0 ? seconds * 1000 : null;
+  } catch {
+    return null;
+  }
+}
 
 /** @typedef {import("./idempotent-client.d.ts").StoredOperation} StoredOperation */
 /** @typedef {import("./idempotent-client.d.ts").OperationResult} OperationResult */
@@ -77,6 +100,8 @@ function summary(op) {
     nextAttemptAt: op.nextAttemptAt,
     phase: op.phase,
     decision: op.decision ?? null,
+    maybeApplied: op.maybeApplied ?? null,
+    authHold: op.authHold ?? null,
     last: op.last,
   };
 }
@@ -112,7 +137,8 @@ export class IdempotentClient {
     this.random = options.random ?? Math.random;
     this.attemptTimeoutMs = options.attemptTimeoutMs ?? 15000;
     this.reconcileDelayMs = options.reconcileDelayMs ?? 5000;
-    this.replayWindowMs = options.replayWindowMs ?? DEFAULT_REPLAY_WINDOW_MS;
+    /** A number given by the app, else read from the server's contract when first needed. */
+    this.replayWindowMs = options.replayWindowMs ?? null;
     this.backgroundSync = options.backgroundSync ?? null;
     this.lookupPath =
       options.lookupPath ?? ((keyValue) => `/operations/${encodeURIComponent(keyValue)}`);
@@ -140,8 +166,9 @@ export class IdempotentClient {
 
   /**
    * Listens to progress: `update`, `attempt`, `final`, `busy` (another tab
-   * sends it), `held` (it belongs to another account), `offline` (waiting
-   * for the network) and `decision` (unknown past the replay window).
+   * sends it), `held` (it belongs to another account, or its credentials
+   * were refused: `reason`), `offline` (waiting for the network) and
+   * `decision` (unknown past the replay window).
    * Returns an unsubscribe function.
    * @param {(event: import("./idempotent-client.d.ts").ClientEvent) => void} listener
    */
@@ -252,13 +279,24 @@ export class IdempotentClient {
   }
 
   /**
-   * Call it when the signed-in account changes (sign-in, sign-out, switch):
-   * operations of the previous account stop at once (`held`), and those of
-   * the new one resume.
+   * Call it when the signed-in account or its credentials change (sign-in,
+   * sign-out, switch, a new token): operations of the previous account stop
+   * at once (`held`), and those of the current one resume, including those
+   * a 401/403 held (`needs-auth`), with their own keys.
    * @returns {Promise<OperationResult[]>}
    */
-  accountChanged() {
+  async accountChanged() {
     for (const wake of [...this.wakers.values()]) wake();
+    const scope = await this.currentScope();
+    const tx = this.db.transaction(STORE, "readwrite", { durability: "strict" });
+    const store = tx.objectStore(STORE);
+    for (const op of await request(store.getAll())) {
+      if ((op.scope ?? "") === scope && op.authHold) {
+        op.authHold = null;
+        store.put(op);
+      }
+    }
+    await done(tx);
     return this.resumePending();
   }
 
@@ -320,7 +358,9 @@ export class IdempotentClient {
   /**
    * For demonstrations and tests only: replaces a pending operation's body
    * while keeping its key, as a buggy client would, and sends it at once. The
-   * server answers 422 `idempotency-key-reused` and creates nothing.
+   * server answers 422 `idempotency-key-reused` and creates nothing; if an
+   * earlier attempt may have been applied, the client then looks the key up
+   * (the 422 proves it has a record) rather than ending the operation.
    * @param {string} id
    * @param {unknown} body
    */
@@ -346,6 +386,7 @@ export class IdempotentClient {
       // The key belongs to the account it was first sent for: sent with
       // another account's credentials, it would create that account's order.
       if ((op.scope ?? "") !== (await this.currentScope())) return this.#hold(op);
+      if (op.authHold) return this.#authHeld(op);
       const waitMs = op.nextAttemptAt - Date.now();
       if (waitMs > 0) {
         await sleep(waitMs, this.wakers, id);
@@ -365,12 +406,24 @@ export class IdempotentClient {
         if (result) return result;
         continue;
       }
+      // Whether an earlier attempt may have been applied. Operations stored
+      // before the client kept it count as such once sent.
+      const earlier = op.maybeApplied ?? op.attempts > 0;
+      if (earlier && !(await this.#insideWindow(op, Date.now()))) {
+        // The record of a commit long ago may be gone: a resend could act
+        // twice. Look it up first; `unknown` then needs a decision.
+        op.phase = "lookup";
+        await this.#put(op);
+        continue;
+      }
 
       // The attempt is counted (and the first send time kept) before it is
-      // sent, so a reload mid-flight never resets the budget or the window.
-      const before = { attempts: op.attempts, firstSentAt: op.firstSentAt, last: op.last };
+      // sent, so a reload mid-flight never resets the budget or the window,
+      // and an attempt cut off by the reload counts as maybe applied.
+      const before = { attempts: op.attempts, firstSentAt: op.firstSentAt, last: op.last, maybeApplied: op.maybeApplied };
       op.attempts += 1;
       op.firstSentAt ??= Date.now();
+      op.maybeApplied = true;
       op.last = { sending: true, at: Date.now() };
       await this.#put(op);
       // The credentials are read after the last await before the send.
@@ -383,7 +436,8 @@ export class IdempotentClient {
       const sending = this.#send(op, credentials.headers);
       this.#emit({ type: "update", op });
       const { outcome, response, text } = await sending;
-      const step = retryStep(op.attempts, outcome, this.random(), this.policy);
+      const step = retryStep(op.attempts, outcome, this.random(), this.policy, earlier);
+      op.maybeApplied = earlier || attemptMayHaveApplied(outcome);
       op.last = { ...outcome, at: Date.now(), action: step.action, delayMs: step.delayMs };
       this.#emit({ type: "attempt", op, outcome, step });
 
@@ -411,6 +465,8 @@ export class IdempotentClient {
             status: response ? response.status : 0,
             problem: problemOf(text),
           });
+        case "holdForAuth":
+          return this.#holdForAuth(op, response.status, problemOf(text));
         case "reconcile":
           op.phase = "lookup";
           await this.#put(op);
@@ -426,6 +482,43 @@ export class IdempotentClient {
   #hold(op) {
     this.#emit({ type: "held", op, reason: "other-scope" }, false);
     return { state: "other-scope", id: op.id };
+  }
+
+  /**
+   * Its credentials were refused (401/403): kept with its key, unsent,
+   * until `accountChanged()` (the account signed in again). Not deleted: an
+   * earlier attempt may have committed, and a new key would act twice.
+   */
+  async #holdForAuth(op, status, problem) {
+    op.authHold = { status, at: Date.now(), ...(problem ? { code: problem.code } : {}) };
+    op.nextAttemptAt = 0;
+    await this.#put(op);
+    this.#emit({ type: "update", op });
+    return this.#authHeld(op);
+  }
+
+  #authHeld(op) {
+    this.#emit({ type: "held", op, reason: "auth" }, false);
+    return { state: "needs-auth", id: op.id, key: op.key, status: op.authHold.status, maybeApplied: op.maybeApplied ?? op.attempts > 0 };
+  }
+
+  /**
+   * Whether `now` is inside the server's replay window measured from the
+   * operation's first send; false when the window cannot be read (the
+   * caller then looks the operation up rather than resend it).
+   */
+  async #insideWindow(op, now) {
+    if (op.firstSentAt === null || op.firstSentAt === undefined) return true;
+    const windowMs = await this.#replayWindow();
+    return windowMs !== null && now - op.firstSentAt < windowMs;
+  }
+
+  /** The replay window: the `replayWindowMs` option, else the server's contract (kept once read). */
+  async #replayWindow() {
+    if (this.replayWindowMs === null) {
+      this.replayWindowMs = await publishedReplayWindowMs({ baseUrl: this.baseUrl, fetch: this.fetch });
+    }
+    return this.replayWindowMs;
   }
 
   #decisionResult(op) {
@@ -494,6 +587,7 @@ export class IdempotentClient {
     const credentials = await this.#credentials();
     if (credentials.scope !== op.scope) return this.#hold(op);
     let lookup;
+    let refused = null;
     try {
       const response = await this.fetch(this.baseUrl + this.lookupPath(op.id), {
         headers: credentials.headers,
@@ -501,17 +595,29 @@ export class IdempotentClient {
         signal: AbortSignal.timeout(this.attemptTimeoutMs),
       });
       if (response.ok) lookup = await response.json();
+      else if (response.status === 401 || response.status === 403) refused = response.status;
     } catch {
       lookup = undefined;
+    }
+    if (refused !== null) {
+      // Looked up again with the same key after the account signs in.
+      op.phase = "lookup";
+      return this.#holdForAuth(op, refused, undefined);
     }
     const now = Date.now();
     if (lookup && (lookup.state === "completed" || lookup.state === "expired")) {
       return this.#finish(op, { state: "reconciled", id: op.id, key: op.key, lookup });
     }
     op.phase = "send";
-    if (lookup && lookup.state === "unknown") {
+    const windowMs = lookup && lookup.state === "unknown" ? await this.#replayWindow() : null;
+    if (lookup && lookup.state === "unknown" && windowMs === null) {
+      // The window is not known: never resend on a guess; ask again later.
+      op.phase = "lookup";
+      op.nextAttemptAt = now + this.reconcileDelayMs;
+      op.last = { ...op.last, action: "reconcile", lookup };
+    } else if (lookup && lookup.state === "unknown") {
       const firstSentAt = op.firstSentAt ?? op.createdAt;
-      const step = afterUnknown(op.attempts, firstSentAt, now, this.replayWindowMs, this.random(), this.policy);
+      const step = afterUnknown(op.attempts, firstSentAt, now, windowMs, this.random(), this.policy);
       if (step.action === "needsDecision") {
         op.decision = { reason: "unknown-past-window", at: now, lookup };
         op.last = { ...op.last, action: "needs-decision", lookup };
@@ -564,21 +670,23 @@ export class IdempotentClient {
   async #put(op) {
     const tx = this.db.transaction(STORE, "readwrite", { durability: "strict" });
     tx.objectStore(STORE).put(op);
-    await new Promise((resolve, reject) => {
-      tx.oncomplete = resolve;
-      tx.onerror = () => reject(tx.error);
-      tx.onabort = () => reject(tx.error);
-    });
+    await done(tx);
   }
 
   async #delete(id) {
     const tx = this.db.transaction(STORE, "readwrite", { durability: "strict" });
     tx.objectStore(STORE).delete(id);
-    await new Promise((resolve, reject) => {
-      tx.oncomplete = resolve;
-      tx.onerror = () => reject(tx.error);
-    });
+    await done(tx);
   }
+}
+
+/** Resolves once `tx` completed (its writes are durable). */
+function done(tx) {
+  return new Promise((resolve, reject) => {
+    tx.oncomplete = resolve;
+    tx.onerror = () => reject(tx.error);
+    tx.onabort = () => reject(tx.error);
+  });
 }
 
 /** An RFC 9457 problem document (a JSON object with a `code`), if `text` is one. */

@@ -3,4 +3,4 @@
 // calls it for you.
 export * from "./idemkey_wasm.js";
 export { default } from "./idemkey_wasm.js";
-export { IdempotentClient } from "./idempotent-client.js";
+export { IdempotentClient, publishedReplayWindowMs } from "./idempotent-client.js";

@@ -12,8 +12,9 @@ import { startServer } from "./server.mjs";
 /** A slow, deterministic policy: every wait is 0.9 * 6000 = 5400 ms. */
 const SLOW = "baseMs=6000&capMs=6000&random=0.9";
 
-async function openShop(context, url, signedInAs) {
+async function openShop(context, url, signedInAs, beforeLoad = () => {}) {
   const page = await context.newPage();
+  beforeLoad(page);
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   page.errors = errors;
@@ -339,6 +340,167 @@ test("background sync: Buy while offline, close the tab, back online: the servic
     await again.waitForTimeout(500);
     assert.equal(server.ordersOf("background").length, 1);
     assert.deepEqual(again.errors, []);
+  } finally {
+    await browser.close();
+    server.stop();
+  }
+});
+
+/**
+ * The operations in this origin's IndexedDB ("idemkey"), read from a page
+ * that does not run the shop (so no client of its own acts on them).
+ */
+async function storedOperations(context, base) {
+  const page = await context.newPage();
+  try {
+    await page.goto(`${base}/style.css`);
+    return await page.evaluate(
+      () =>
+        new Promise((resolve, reject) => {
+          const req = indexedDB.open("idemkey", 1);
+          req.onupgradeneeded = () => req.result.createObjectStore("operations", { keyPath: "id" });
+          req.onsuccess = () => {
+            const get = req.result.transaction("operations").objectStore("operations").getAll();
+            get.onsuccess = () => {
+              req.result.close();
+              resolve(get.result);
+            };
+            get.onerror = () => reject(get.error);
+          };
+          req.onerror = () => reject(req.error);
+        }),
+    );
+  } finally {
+    await page.close();
+  }
+}
+
+/** Polls `read()` until `done(value)`, for at most `ms`; returns the last value. */
+async function until(read, done, ms) {
+  const deadline = Date.now() + ms;
+  let value = await read();
+  while (!done(value) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 250));
+    value = await read();
+  }
+  return value;
+}
+
+/** Makes the page's first POST /orders fail with no response (it never reaches the server). */
+async function loseFirstOrderRequest(page) {
+  let lost = false;
+  await page.route(
+    (url) => url.pathname === "/orders",
+    (route) => {
+      if (!lost && route.request().method() === "POST") {
+        lost = true;
+        return route.abort("connectionreset");
+      }
+      return route.continue();
+    },
+  );
+}
+
+test("background sync after a server restart: the worker's stale token gets 401, the operation is held with its key, and the next sign-in sends it once", async () => {
+  const server = await startServer();
+  const browser = await launch();
+  try {
+    const page = await openShop(browser.context, `${server.base}/`, "demo");
+    assert.equal(await page.evaluate(() => window.idemkeyDemo.worker), true, "the service worker is active");
+    await browser.context.setOffline(true);
+    await buy(page, "LIBRO-TS", 3);
+    const offline = page.locator("#ops tr[data-state='offline']");
+    await offline.waitFor({ timeout: 5000 });
+    const key = await offline.getAttribute("data-key");
+    await page.close();
+
+    // Demo mode issues new tokens at each start: the ones the worker saved are revoked.
+    const before = server.demoTokens().demo;
+    await server.restart();
+    assert.notEqual(server.demoTokens().demo, before);
+    await browser.context.setOffline(false);
+
+    // The worker's sync sends it with the stale token: 401 holds it (kept, same key).
+    const held = await until(
+      () => storedOperations(browser.context, server.base),
+      (ops) => ops.length !== 1 || Boolean(ops[0].authHold),
+      20000,
+    );
+    assert.equal(held.length, 1, `kept, not deleted: ${JSON.stringify(held)}`);
+    assert.equal(held[0].id, key);
+    assert.equal(held[0].authHold?.status, 401, JSON.stringify(held[0]));
+    assert.equal(held[0].scope, "demo", "scoped by the account, not by its token");
+    assert.equal(server.ordersOf("demo").length, 0);
+
+    // The page signs in with this start's token: the same key, one order.
+    let requests = [];
+    const again = await openShop(browser.context, `${server.base}/`, "demo", (p) => (requests = recordRequests(p)));
+    const done = rowOf(again, key, "done");
+    await done.waitFor({ timeout: 15000 });
+    assert.deepEqual(orderPosts(requests).map((r) => r.key), [`"${key}"`]);
+    assert.deepEqual(orderPosts(requests).map((r) => r.auth), [`Bearer ${server.demoTokens().demo}`]);
+    assert.deepEqual(server.ordersOf("demo").map((o) => [o[1], o[2]]), [["LIBRO-TS", 3]]);
+    assert.deepEqual(await again.evaluate(() => window.idemkeyDemo.client.pending()), []);
+    assert.deepEqual(again.errors, []);
+  } finally {
+    await browser.close();
+    server.stop();
+  }
+});
+
+test("a 2 s replay window (--replay-ttl 2s): the page takes it from the contract; past it an unknown lookup needs a decision and nothing is resent", async () => {
+  const server = await startServer({ extra: ["--replay-ttl", "2s", "--tombstone-ttl", "1h"] });
+  const browser = await launch();
+  try {
+    const contract = await (await fetch(`${server.base}/openapi.json`)).json();
+    assert.equal(contract["x-idempotency"].retention.replayWindowSeconds, 2);
+    // Every wait is 5400 ms, well past the 2 s window.
+    const page = await openShop(browser.context, `${server.base}/?${SLOW}`, "demo");
+    const requests = recordRequests(page);
+    await loseFirstOrderRequest(page);
+    await buy(page, "CAMISETA-M", 2);
+    const decision = page.locator("#ops tr[data-state='needs-decision']");
+    await decision.waitFor({ timeout: 20000 });
+    const key = await decision.getAttribute("data-key");
+    await page.locator("#log li", { hasText: "unknown past the replay window" }).waitFor({ timeout: 5000 });
+    assert.equal(orderPosts(requests).length, 1, "only the lost first attempt: no resend past the window");
+    assert.ok(requests.some((r) => r.path === `/operations/${key}`), "looked up instead");
+    assert.equal(server.ordersOf("demo").length, 0);
+    assert.equal((await page.evaluate(() => window.idemkeyDemo.client.pending())).length, 1, "kept for the decision");
+    assert.deepEqual(page.errors, []);
+  } finally {
+    await browser.close();
+    server.stop();
+  }
+});
+
+test("a 2 s replay window: the service worker takes it from the contract too; an operation resumed past it is looked up, not resent", async () => {
+  const server = await startServer({ extra: ["--replay-ttl", "2s", "--tombstone-ttl", "1h"] });
+  const browser = await launch();
+  try {
+    const page = await openShop(browser.context, `${server.base}/?${SLOW}`, "demo");
+    assert.equal(await page.evaluate(() => window.idemkeyDemo.worker), true, "the service worker is active");
+    await loseFirstOrderRequest(page);
+    await buy(page, "LIBRO-TS", 4);
+    // The first attempt's answer is lost; the network goes before the resend.
+    await page.locator("#log li", { hasText: "attempt 1: network error" }).waitFor({ timeout: 5000 });
+    await browser.context.setOffline(true);
+    const offline = page.locator("#ops tr[data-state='offline']");
+    await offline.waitFor({ timeout: 15000 });
+    const key = await offline.getAttribute("data-key");
+    await page.close();
+    await browser.context.setOffline(false);
+
+    const ops = await until(
+      () => storedOperations(browser.context, server.base),
+      (list) => list.length !== 1 || Boolean(list[0].decision),
+      20000,
+    );
+    assert.equal(ops.length, 1, `kept for a decision: ${JSON.stringify(ops)}`);
+    assert.equal(ops[0].id, key);
+    assert.equal(ops[0].decision?.reason, "unknown-past-window", JSON.stringify(ops[0]));
+    assert.equal(ops[0].attempts, 1, "the worker sent nothing");
+    assert.equal(server.ordersOf("demo").length, 0);
   } finally {
     await browser.close();
     server.stop();

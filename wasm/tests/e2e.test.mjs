@@ -151,7 +151,7 @@ test("two tabs with the same pending operation: only the lock holder sends", asy
   }
 });
 
-test("another quantity under the same pending key: the 422 problem is shown, nothing is created", async () => {
+test("another quantity under the same pending key: 422, nothing is created, and the key is looked up to the order its lost answer created", async () => {
   const token = account("e2e-reuse");
   const browser = await launch();
   try {
@@ -160,12 +160,15 @@ test("another quantity under the same pending key: the 422 problem is shown, not
     await buy(page, "LIBRO-TS", 2);
     await row(page, "waiting").waitFor({ timeout: 10000 });
     assert.equal(ordersInDb("e2e-reuse").length, 1, "the lost response's order");
+    const [[orderId]] = ordersInDb("e2e-reuse");
     await page.click("#ops tr[data-state='waiting'] button.force");
-    const stopped = row(page, "stopped");
-    await stopped.waitFor({ timeout: 10000 });
-    const text = await stopped.innerText();
-    assert.match(text, /422 idempotency-key-reused/);
-    assert.match(text, /reused with another payload/);
+    // The 422 proves the key has a record: after the lost answer it may be
+    // this operation's order, so the client looks it up instead of ending it.
+    await page.locator("#log li", { hasText: "HTTP 422 → reconcile" }).waitFor({ timeout: 10000 });
+    const reconciled = row(page, "reconciled");
+    await reconciled.waitFor({ timeout: 10000 });
+    assert.match(await reconciled.innerText(), /reconciled: completed/);
+    assert.equal(await reconciled.getAttribute("data-order"), orderId, "the order the lost answer created");
     assert.deepEqual(
       ordersInDb("e2e-reuse").map(([, sku, quantity]) => [sku, quantity]),
       [["LIBRO-TS", 2]],

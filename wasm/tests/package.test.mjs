@@ -24,8 +24,8 @@ function crateVersion() {
 
 const APP_TS = `
 import init, {
-  IdempotentClient, afterUnknown, defaultRetryPolicy, fingerprint, initSync, newKey, orderOperation,
-  parseKey, retryStep, validateOrder,
+  IdempotentClient, afterUnknown, attemptMayHaveApplied, defaultRetryPolicy, fingerprint, initSync, newKey,
+  orderOperation, parseKey, publishedReplayWindowMs, retryStep, validateOrder,
 } from "@idemkey/client";
 import type { ClientEvent, ClientOptions, OperationResult, RetryPolicy, RetryStep, StoredOperation, UnknownStep, ValidOrder } from "@idemkey/client";
 import { IdempotentClient as FromSubpath } from "@idemkey/client/client";
@@ -40,7 +40,7 @@ async function main() {
   const { token } = (await (await fetch("/demo/token")).json()) as { token: string };
   const events: ClientEvent["type"][] = [];
   const options: ClientOptions = {
-    scope: () => token.slice(-12),
+    scope: () => "demo",                       // the account, never its token
     headers: () => ({ Authorization: \`Bearer \${token}\` }),
     wasmUrl,
     dbName: "scratch",
@@ -52,6 +52,9 @@ async function main() {
   const key: string = newKey();
   const policy: RetryPolicy = defaultRetryPolicy();
   const step: RetryStep = retryStep(1, { networkError: true }, 0, policy);
+  const maybeApplied: boolean = attemptMayHaveApplied({ networkError: true });
+  const after404: RetryStep = retryStep(2, { status: 404 }, 0, policy, maybeApplied);
+  const replayWindowMs: number | null = await publishedReplayWindowMs();
   const unknown: UnknownStep = afterUnknown(8, 1_000, 21_000, 86_400_000, 0.5, policy);
   const result: OperationResult = await client.submit({ url: "/orders", body, operation: orderOperation() });
   const pending: StoredOperation[] = await client.pending();
@@ -62,6 +65,8 @@ async function main() {
     fingerprintMatches: fingerprint(orderOperation(), body) === order.fingerprint,
     keyParses: \`"\${parseKey(key, "uuid")}"\` === key,
     step,
+    after404,
+    replayWindowMs,
     unknown,
     sameClass: FromSubpath === IdempotentClient,
     sameModule: wasm.newKey === newKey,
@@ -143,6 +148,8 @@ test("the packed @idemkey/client installs, type-checks and bundles in a scratch 
     assert.equal(r.fingerprintMatches, true);
     assert.equal(r.keyParses, true);
     assert.equal(r.step.action, "wait");
+    assert.deepEqual(r.after404, { action: "reconcile" }, "a 404 after a lost answer is looked up");
+    assert.equal(r.replayWindowMs, 86_400_000, "the server's default window, read from its contract");
     assert.deepEqual(r.unknown, { action: "resend", delayMs: 15000 });
     assert.equal(r.sameClass, true);
     assert.equal(r.sameModule, true);

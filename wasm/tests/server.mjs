@@ -43,11 +43,13 @@ export async function startServer({ demoDir = join(root, "js-demo"), extra = [] 
   const dir = mkdtempSync(join(tmpdir(), "idemkey-e2e-"));
   const dbPath = join(dir, "demo.db");
   const dbUrl = `sqlite://${dbPath}`;
-  const child = spawn(serverBin, ["serve", "--demo", "--demo-dir", demoDir, "--database-url", dbUrl, "--bind", "127.0.0.1:0", ...extra], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, NO_COLOR: "1", RUST_LOG: "info" },
-  });
-  const output = { text: "" };
+  const spawnAt = (bind) =>
+    spawn(serverBin, ["serve", "--demo", "--demo-dir", demoDir, "--database-url", dbUrl, "--bind", bind, ...extra], {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, NO_COLOR: "1", RUST_LOG: "info" },
+    });
+  let child = spawnAt("127.0.0.1:0");
+  let output = { text: "" };
   const base = await listeningOn(child, "server", output);
 
   function sql(query, ...args) {
@@ -73,6 +75,19 @@ export async function startServer({ demoDir = join(root, "js-demo"), extra = [] 
       const tokens = {};
       for (const m of output.text.matchAll(/^(demo(?:-b)?) account token: (\S+)$/gm)) tokens[m[1]] = m[2];
       return tokens;
+    },
+    /**
+     * Stops the server and starts it again on the same address and
+     * database: demo mode issues new tokens and revokes the previous ones.
+     */
+    async restart() {
+      child.removeAllListeners("exit");
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      child.kill("SIGTERM");
+      await exited;
+      child = spawnAt(new URL(base).host);
+      output = { text: "" };
+      await listeningOn(child, "server", output);
     },
     stop() {
       child.kill("SIGTERM");
