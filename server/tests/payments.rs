@@ -632,3 +632,119 @@ async fn payments_url_credentials_stay_out_of_logs_errors_and_metrics() {
     assert!(refused.contains("ftp://***@127.0.0.1:9"), "{refused}");
     assert!(!refused.contains(CREDENTIAL), "{refused}");
 }
+
+/// Messages an earlier version already sent under the tuple-only key (the
+/// key both orders of a re-executed key share) are delivered once: one the
+/// old worker charged and lost the answer of (settled, or claimed and never
+/// settled) is found under that key and not charged again; the second order
+/// of a re-executed key, whose old-version delivery was uncertain, finds the
+/// first order's charge under that key, never takes it for its own, and is
+/// charged under its own key.
+#[tokio::test]
+async fn messages_sent_under_the_shared_key_by_an_earlier_version_are_delivered_once() {
+    use idemkey_server::payments::client::{Attempt, ProviderClient};
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let (env, provider_env) = (Env::new(backend), Env::new(backend));
+        let token = env.account("shop");
+        let provider = provider(&provider_env, &[]);
+        let server = env.serve(&[
+            "--outbox-workers",
+            "0",
+            "--expiry-policy",
+            "reexecute",
+            "--replay-ttl",
+            "1h",
+        ]);
+        let account = account_of(&env);
+        let old_worker =
+            ProviderClient::new(&provider.base, SECRET, Duration::from_secs(10)).expect("client");
+        let shared = |key: &str| {
+            let key = IdempotencyKey::parse(key.as_bytes(), KeyProfile::Lenient).expect("key");
+            idemkey_core::downstream_key_of(
+                &account,
+                ORDER_OPERATION.as_str(),
+                key.as_str(),
+                "charge",
+            )
+            .to_string()
+        };
+        let order = async |key: &str| {
+            let created = server.post_order(&token, key, BODY).await;
+            assert_eq!(created.status, 201, "{}", created.body);
+            created.json()["id"].as_str().unwrap().to_owned()
+        };
+        // What the earlier version did: charge under the shared key, and
+        // record it (settled, or claimed and never settled).
+        let old_charge = async |key: &str, order: &str| match old_worker
+            .charge(&shared(key), order.parse().unwrap(), 5980, "EUR")
+            .await
+        {
+            Attempt::Charged(found) => found.charge_id,
+            other => panic!("{other:?}"),
+        };
+        let record = |order: &str, sent: Option<&str>, attempts: u32| {
+            let sent = sent.map_or("NULL".to_owned(), |k| format!("'{k}'"));
+            env.sql(&format!(
+                "UPDATE outbox SET attempts = {attempts}, downstream_key = {sent}, \
+                 last_error = 'connection lost after sending' WHERE resource_id = '{order}'"
+            ));
+        };
+        // A settled uncertain attempt, and a worker that died while sending.
+        let (lost_key, died_key) = (new_key(), new_key());
+        let lost = order(&lost_key).await;
+        let lost_charge = old_charge(&lost_key, &lost).await;
+        record(&lost, Some(&shared(&lost_key)), 1);
+        let died = order(&died_key).await;
+        let died_charge = old_charge(&died_key, &died).await;
+        record(&died, None, 1);
+        // A re-executed key: the first order charged under the shared key,
+        // the second's old-version attempt uncertain under it too.
+        let key = new_key();
+        let first = order(&key).await;
+        let first_charge = old_charge(&key, &first).await;
+        env.sql(&format!(
+            "UPDATE outbox SET status = 'delivered', attempts = 1, result = '{first_charge}', \
+             downstream_key = '{}', settled_at = created_at WHERE resource_id = '{first}'",
+            shared(&key)
+        ));
+        age_records(&env.url, Duration::from_secs(7200)).await;
+        let second = order(&key).await;
+        assert_ne!(first, second);
+        record(&second, Some(&shared(&key)), 1);
+        let _delivering = worker(&env, &payments_flags(&provider));
+        for id in [&lost, &died, &second] {
+            eventually("the order is charged", async || {
+                payment(&server, &token, id).await["status"] == "charged"
+            })
+            .await;
+        }
+        for (id, charge) in [(&lost, &lost_charge), (&died, &died_charge)] {
+            assert_eq!(
+                &payment(&server, &token, id).await["charge_id"],
+                charge.as_str(),
+                "{backend:?}: found, not charged again"
+            );
+        }
+        let second_charge = payment(&server, &token, &second).await["charge_id"].clone();
+        assert_ne!(second_charge, first_charge.as_str(), "{backend:?}");
+        let charges = charges(&provider).await;
+        assert_eq!(
+            charges
+                .iter()
+                .map(|c| (c.0.clone(), c.1.clone()))
+                .collect::<Vec<_>>(),
+            [
+                (shared(&lost_key), lost.clone()),
+                (shared(&died_key), died.clone()),
+                (shared(&key), first.clone()),
+                (derived(&account, &key, &second), second.clone()),
+            ],
+            "{backend:?}: one charge per order"
+        );
+        let log = provider.provider_requests(SECRET).await;
+        assert!(
+            idemkey_testkit::request_log_violations(&log).is_empty(),
+            "{log:?}"
+        );
+    }
+}
