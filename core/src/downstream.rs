@@ -24,6 +24,11 @@ use crate::operation::OperationId;
 /// purpose, or by a future construction (`v2`), never collide with these.
 pub const DOWNSTREAM_KEY_DOMAIN: &str = "idemkey/downstream-key/v1";
 
+/// The domain tag of [`instance_downstream_key_of`]: the key of one
+/// *instance* of an effect (one order's charge), never equal to a version 1
+/// key of the same tuple.
+pub const INSTANCE_DOWNSTREAM_KEY_DOMAIN: &str = "idemkey/downstream-key/v2";
+
 /// A derived downstream key: a UUIDv8 (RFC 9562, section 5.8) whose 122
 /// free bits come from SHA-256. Displays as the lowercase hyphenated UUID,
 /// which every key profile accepts.
@@ -102,9 +107,51 @@ pub fn downstream_key(
 /// back from a database (an outbox message) were validated when they were
 /// written, and parsing them again under a key profile could change them.
 pub fn downstream_key_of(scope: &str, operation: &str, key: &str, effect: &str) -> DownstreamKey {
+    derive(DOWNSTREAM_KEY_DOMAIN, &[scope, operation, key, effect])
+}
+
+/// The downstream key of one **instance** of `effect`: the tuple of
+/// [`downstream_key_of`] plus what tells this instance from another one of
+/// the same key (for an order's charge, the order id).
+///
+/// A key whose record expired may be executed again (the `reexecute`
+/// expiry policy): the second execution creates a second order with the
+/// same (`scope`, `operation`, `key`), and a key derived from that tuple
+/// alone would make the provider take the second order's charge for a
+/// repeat of the first one. With the instance in the hash, each order's
+/// charge has its own key, and the provider deduplicates the deliveries of
+/// one order only.
+///
+/// Construction: as [`downstream_key_of`], with the domain tag
+/// [`INSTANCE_DOWNSTREAM_KEY_DOMAIN`] and `instance` hashed as a fifth
+/// length-prefixed part.
+///
+/// ```
+/// use idemkey_core::{downstream_key_of, instance_downstream_key_of};
+/// let (acct, op, key) = ("acct", "POST /orders:v1", "k");
+/// let first = instance_downstream_key_of(acct, op, key, "charge", "order-1");
+/// let second = instance_downstream_key_of(acct, op, key, "charge", "order-2");
+/// assert_ne!(first, second);
+/// assert_ne!(first, downstream_key_of(acct, op, key, "charge"));
+/// ```
+pub fn instance_downstream_key_of(
+    scope: &str,
+    operation: &str,
+    key: &str,
+    effect: &str,
+    instance: &str,
+) -> DownstreamKey {
+    derive(
+        INSTANCE_DOWNSTREAM_KEY_DOMAIN,
+        &[scope, operation, key, effect, instance],
+    )
+}
+
+/// SHA-256 over `domain` and the length-prefixed `parts`, as a UUIDv8.
+fn derive(domain: &str, parts: &[&str]) -> DownstreamKey {
     let mut hasher = Sha256::new();
-    hasher.update(DOWNSTREAM_KEY_DOMAIN.as_bytes());
-    for part in [scope, operation, key, effect] {
+    hasher.update(domain.as_bytes());
+    for part in parts {
         // Inputs are far below 4 GiB (a key is at most 255 bytes, an
         // operation 128); saturating keeps the function total regardless.
         let len = u32::try_from(part.len()).unwrap_or(u32::MAX);
@@ -158,5 +205,27 @@ mod tests {
         let v2 = OperationId::from_static("POST /orders:v2");
         assert_ne!(base, downstream_key("ab", &v2, &key("c"), "charge"));
         assert_eq!(base, downstream_key("ab", &op, &key("\"c\""), "charge"));
+    }
+
+    #[test]
+    fn instance_keys_match_an_independent_computation() {
+        // Python: d = hashlib.sha256(b"idemkey/downstream-key/v2" + b"".join(
+        //   len(p).to_bytes(4, "big") + p for p in parts)).digest()[:16],
+        // then the version and variant bits set as for a UUIDv8.
+        let k = instance_downstream_key_of(
+            "0b8e3d4c-1f2a-4b5c-8d6e-7f8091a2b3c4",
+            "POST /orders:v1",
+            "8e03978e-40d5-43e8-bc93-6894a57f9324",
+            "charge",
+            "5b0c7f4e-2a53-4c1e-9d8b-0f6a4e2d1c3b",
+        );
+        assert_eq!(k.to_string(), "c46b6345-3b68-8f72-b27b-0caa623f7096");
+        assert_eq!(k.as_uuid().get_version_num(), 8);
+        let other = instance_downstream_key_of("a", "o", "k", "charge", "2");
+        assert_ne!(
+            other,
+            instance_downstream_key_of("a", "o", "k", "charge", "1")
+        );
+        assert_ne!(other, downstream_key_of("a", "o", "k", "charge"));
     }
 }

@@ -59,7 +59,10 @@ mod unknown;
 
 pub use catalogue::{CATALOGUE, CURRENCY, unit_price};
 pub use decision::{Decision, ExpiryPolicy, Stored, UnixMillis, decide, retry_after_secs};
-pub use downstream::{DOWNSTREAM_KEY_DOMAIN, DownstreamKey, downstream_key, downstream_key_of};
+pub use downstream::{
+    DOWNSTREAM_KEY_DOMAIN, DownstreamKey, INSTANCE_DOWNSTREAM_KEY_DOMAIN, downstream_key,
+    downstream_key_of, instance_downstream_key_of,
+};
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, canonical_json};
 pub use key::{IdempotencyKey, KeyError, KeyProfile, MAX_KEY_LEN, UnknownProfile};
 pub use lookup::LookupState;

@@ -65,18 +65,35 @@ pub(crate) async fn outbox(command: OutboxCommand) -> Result<(), String> {
         OutboxCommand::Retry {
             id,
             all_dead: _,
+            force,
+            payments_key_retention,
             database,
         } => {
             let store = open_store(&database, &cli_settings(&database)).await?;
-            let n = store
-                .outbox_retry(id)
+            let done = store
+                .outbox_retry(id, payments_key_retention, force)
                 .await
                 .map_err(|e| format!("cannot retry: {e}"))?;
-            println!("{n} message(s) sent back to pending");
-            if n == 0 && id.is_some() {
-                return Err("no dead letter with that id".into());
+            println!("{} message(s) sent back to pending", done.requeued);
+            if !done.too_old.is_empty() {
+                let ids: Vec<String> = done.too_old.iter().map(i64::to_string).collect();
+                return Err(format!(
+                    "message(s) {} are older than the provider's key retention ({}): the provider \
+                     may have forgotten their keys, and a re-sent charge would be a second charge; \
+                     check the provider for their charges, then retry with --force",
+                    ids.join(", "),
+                    humantime_secs(payments_key_retention)
+                ));
+            }
+            if done.requeued == 0 && id.is_some() {
+                return Err("no dead or failed message with that id".into());
             }
             Ok(())
         }
     }
+}
+
+/// A duration as the flags write it (`86400s`).
+fn humantime_secs(d: std::time::Duration) -> String {
+    format!("{}s", d.as_secs())
 }

@@ -163,11 +163,15 @@ async fn a_worker_sends_the_derived_key_and_looks_up_after_an_uncertain_attempt(
             message_row(&env).starts_with("delivered")
         })
         .await;
-        let expected = idemkey_core::downstream_key(
+        // Per message: no resource, so the message's own id tells this
+        // effect from another of the same key.
+        let id = env.sql("SELECT id FROM outbox");
+        let expected = idemkey_core::instance_downstream_key_of(
             &account.0.to_string(),
-            &OPERATION,
-            &key.key,
+            OPERATION.as_str(),
+            key.key.as_str(),
             "welcome-mail",
+            &format!("outbox:{id}"),
         )
         .to_string();
         let calls = seen.lock().clone();
@@ -218,7 +222,14 @@ async fn a_refusal_fails_for_good_and_an_exhausted_budget_is_dead_until_retried(
         );
         assert_eq!(db.outbox_stats().await.expect("stats").dead, 1);
         // An operator sends it back; it is delivered, looked up first.
-        assert_eq!(db.outbox_retry(None).await.expect("retry"), 1);
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            db.outbox_retry(None, day, false)
+                .await
+                .expect("retry")
+                .requeued,
+            1
+        );
         let looked_up = Arc::new(Mutex::new(None));
         let seen = Arc::clone(&looked_up);
         let back = Worker::new(db.clone(), fast()).handle("welcome-mail", move |m| {
@@ -349,4 +360,41 @@ async fn two_workers_on_postgres_deliver_each_message_once_and_never_at_the_same
         env.sql("SELECT count(*) FROM outbox WHERE attempts <> 1"),
         "0"
     );
+}
+
+/// A downstream's `Retry-After` is honoured up to an hour: a huge one
+/// neither overflows the store's time arithmetic nor parks the message for
+/// years.
+#[tokio::test]
+async fn a_huge_retry_after_waits_at_most_an_hour() {
+    for backend in backends() {
+        let env = Env::new(backend);
+        let (db, account) = open(&env).await;
+        sign_up(&db, &record(account, "busy"), 201).await;
+        let busy = Worker::new(db.clone(), fast()).handle("welcome-mail", |_| async {
+            Delivery::Retry {
+                after: Some(Duration::MAX),
+                reason: "503 with Retry-After: 99999999999".into(),
+            }
+        });
+        assert_eq!(busy.run_once().await.expect("settled"), 1, "{backend:?}");
+        let wait_ms: i64 = env
+            .sql(match backend {
+                Backend::Postgres => {
+                    "SELECT (extract(epoch FROM available_at - now()) * 1000)::int8 FROM outbox"
+                }
+                Backend::Sqlite => {
+                    "SELECT available_at - CAST(round(unixepoch('subsec') * 1000) AS INTEGER) \
+                     FROM outbox"
+                }
+            })
+            .parse()
+            .expect("a whole number of ms");
+        // Honoured (far beyond the 50 ms backoff cap), up to the bound.
+        assert!(
+            (3_000_000..=3_600_000).contains(&wait_ms),
+            "{backend:?}: {wait_ms} ms"
+        );
+        assert_eq!(message_row(&env).split('|').next(), Some("pending"));
+    }
 }

@@ -75,7 +75,7 @@ async fn charge_ids(server: &Server, secret: &str) -> Vec<String> {
 
 fn charged(attempt: &Attempt) -> String {
     match attempt {
-        Attempt::Charged { charge_id } => charge_id.clone(),
+        Attempt::Charged(found) => found.charge_id.clone(),
         other => panic!("expected a charge, got {other:?}"),
     }
 }
@@ -191,10 +191,31 @@ async fn each_secret_is_its_own_scope(backend: Backend) {
     Reply::from(anonymous)
         .await
         .assert_problem(401, "unauthorized");
+    // A secret the provider does not know (a rotation half done) says
+    // nothing about the payment: sent again later, not declined for good.
+    // So does a wrong route (a 404 of the provider's fallback).
     let stranger = client(&server, "not-a-secret");
-    match stranger.charge(&key(), Uuid::new_v4(), 5980, "EUR").await {
-        Attempt::Declined { reason } => assert!(reason.starts_with("unauthorized"), "{reason}"),
-        other => panic!("expected a refusal, got {other:?}"),
+    let moved = ProviderClient::new(
+        &format!("{}/v9", server.base),
+        SECRET_A,
+        Duration::from_secs(5),
+    )
+    .expect("client");
+    for (attempt, what) in [
+        (
+            stranger.charge(&key(), Uuid::new_v4(), 5980, "EUR").await,
+            "unauthorized",
+        ),
+        (stranger.lookup(&key()).await, "unauthorized"),
+        (
+            moved.charge(&key(), Uuid::new_v4(), 5980, "EUR").await,
+            "not-found",
+        ),
+    ] {
+        match attempt {
+            Attempt::Retry { reason, .. } => assert!(reason.contains(what), "{reason}"),
+            other => panic!("expected a retry, got {other:?}"),
+        }
     }
     assert_eq!(env.count("provider_charges"), 2);
 }
@@ -540,7 +561,50 @@ on_each_backend!(
     a_restarted_provider_keeps_its_charges_and_replays,
     the_demo_switch_loses_the_next_response_only,
     a_slow_provider_is_uncertain_and_a_closed_port_is_a_retry,
+    the_request_log_shows_every_charge_request_and_lookup,
 );
+
+/// The request log shows what the charges table hides: a second charge
+/// request under a key (replayed by the layer, or found by the unique key)
+/// and the lookups between, per caller.
+async fn the_request_log_shows_every_charge_request_and_lookup(backend: Backend) {
+    let env = Env::new(backend);
+    let server = provider(&env, &[]);
+    let a = client(&server, SECRET_A);
+    let (k, order) = (key(), Uuid::new_v4());
+    let first = charged(&a.charge(&k, order, 5980, "EUR").await);
+    assert_eq!(charged(&a.lookup(&k).await), first);
+    // Sent again after a lookup: the discipline holds.
+    assert_eq!(charged(&a.charge(&k, order, 5980, "EUR").await), first);
+    let log = server.provider_requests(SECRET_A).await;
+    let kinds: Vec<(&str, &str)> = log
+        .iter()
+        .map(|r| (r.kind.as_str(), r.idempotency_key.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("request", k.as_str()),
+            ("charge", k.as_str()),
+            ("lookup", k.as_str()),
+            ("request", k.as_str()),
+        ],
+        "the replay runs no handler"
+    );
+    assert_eq!(log[1].order_id, Some(order.to_string()));
+    assert!(idemkey_testkit::request_log_violations(&log).is_empty());
+    // Sent a third time blindly: one charge, but the log shows the resend.
+    assert_eq!(charged(&a.charge(&k, order, 5980, "EUR").await), first);
+    assert_eq!(env.count("provider_charges"), 1);
+    let log = server.provider_requests(SECRET_A).await;
+    let violations = idemkey_testkit::request_log_violations(&log);
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(violations[0].contains("without a lookup"), "{violations:?}");
+    // Another secret's log is its own, and the list is not logged.
+    assert!(server.provider_requests(SECRET_B).await.is_empty());
+    assert_eq!(charge_ids(&server, SECRET_A).await, [first]);
+    assert_eq!(server.provider_requests(SECRET_A).await.len(), log.len());
+}
 
 /// The provider refuses to start without a secret or with a rate outside
 /// 0 to 1.
@@ -560,4 +624,49 @@ fn the_provider_refuses_bad_settings() {
     let bad_rate =
         common::refused_at_start(&["provider", "--token", "t", "--fail-rate", "1.5"], &[]);
     assert!(bad_rate.contains("from 0 to 1"), "{bad_rate}");
+}
+
+/// The simulator listens on loopback only, unless told otherwise.
+#[test]
+fn the_provider_refuses_a_non_loopback_address_unless_allowed() {
+    let env = Env::new(Backend::Sqlite);
+    let url = env.url.clone();
+    let file = url.strip_prefix("sqlite://").expect("a path").to_owned();
+    for bind in ["0.0.0.0:0", "[::]:0"] {
+        let refused = common::refused_at_start(
+            &[
+                "provider",
+                "--bind",
+                bind,
+                "--database-url",
+                &url,
+                "--token",
+                "t",
+            ],
+            &[],
+        );
+        assert!(refused.contains("--allow-non-loopback"), "{refused}");
+    }
+    assert!(
+        !std::path::Path::new(&file).exists(),
+        "refused before opening anything"
+    );
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["provider", "--bind", "0.0.0.0:0", "--allow-non-loopback"])
+        .args(["--database-url", &url, "--token", "t"])
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let listening = std::io::BufRead::lines(std::io::BufReader::new(stderr))
+        .map_while(Result::ok)
+        .find(|line| line.contains("listening on http://"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = listening.expect("it listens");
+    assert!(line.contains("listening on http://0.0.0.0:"), "{line}");
 }

@@ -69,10 +69,12 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod pgbouncer;
+mod provider_log;
 mod redis;
 mod tls;
 
 pub use pgbouncer::{PGBOUNCER, PgBouncer, PgBouncerOptions};
+pub use provider_log::{KeyCounts, LoggedRequest, counts_by_key, request_log_violations};
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
 pub use tls::{PgTls, SERVER_NAME};
 

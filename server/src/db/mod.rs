@@ -118,7 +118,7 @@ pub use order::{
     Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, PaymentState, Price, Refusal,
 };
 mod charges;
-pub use charges::{CHARGES_NEED_SQL, Charge, ChargeWrite, NewCharge};
+pub use charges::{CHARGES_NEED_SQL, Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
 
 impl Db {
     /// Opens the database a URL names and applies pending migrations:
@@ -275,9 +275,16 @@ impl Db {
         each!(self, db => db.outbox_list(status, limit).await)
     }
 
-    /// Sends dead letters (one, or all) back to pending; how many.
-    pub async fn outbox_retry(&self, id: Option<i64>) -> Result<u64, StoreError> {
-        each!(self, db => db.outbox_retry(id).await)
+    /// Sends messages back to pending: one dead or failed message by id,
+    /// or (`id` `None`) every dead letter. Those older than `retention` (the
+    /// provider's key retention, at the store's clock) stay unless `force`.
+    pub async fn outbox_retry(
+        &self,
+        id: Option<i64>,
+        retention: Duration,
+        force: bool,
+    ) -> Result<outbox::Requeued, StoreError> {
+        each!(self, db => db.outbox_retry(id, retention, force).await)
     }
 
     /// The catalogue: every sku with its price.

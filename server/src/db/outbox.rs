@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use idemkey_core::{DownstreamKey, UnixMillis, downstream_key_of};
+use idemkey_core::{DownstreamKey, UnixMillis, downstream_key_of, instance_downstream_key_of};
 use uuid::Uuid;
 
 /// A message claimed for delivery: the effect, its payload and the key
@@ -35,10 +35,58 @@ pub struct OutboxMessage {
 
 impl OutboxMessage {
     /// The key the downstream deduplicates this message by: derived from
-    /// the key tuple, so every delivery of it, by any process, sends the
-    /// same one.
+    /// the key tuple and this message's instance ([`Self::instance`]), so
+    /// every delivery of it, by any process, sends the same one, and a
+    /// second order of a re-executed key gets a key of its own.
+    ///
+    /// A message an earlier version already sent under the tuple-only key
+    /// ([`Self::legacy_downstream_key`], recorded in `sent_key`) keeps that
+    /// key: the downstream deduplicates its deliveries by it.
     pub fn downstream_key(&self) -> DownstreamKey {
+        let legacy = self.legacy_downstream_key();
+        if self.sent_key.as_deref() == Some(legacy.as_str()) {
+            return legacy;
+        }
+        self.instance_downstream_key()
+    }
+
+    /// The per-instance key ([`instance_downstream_key_of`]), whatever an
+    /// earlier attempt sent.
+    pub fn instance_downstream_key(&self) -> DownstreamKey {
+        instance_downstream_key_of(
+            &self.scope,
+            &self.operation,
+            &self.key,
+            &self.effect,
+            &self.instance(),
+        )
+    }
+
+    /// The key versions before the per-instance one sent: derived from the
+    /// key tuple alone ([`downstream_key_of`]), so shared by every
+    /// execution of one key.
+    pub fn legacy_downstream_key(&self) -> DownstreamKey {
         downstream_key_of(&self.scope, &self.operation, &self.key, &self.effect)
+    }
+
+    /// What tells this effect from another of the same key: its resource
+    /// (an order's id), or the message's own id when it has none.
+    pub fn instance(&self) -> String {
+        match &self.resource_id {
+            Some(resource) => resource.clone(),
+            None => format!("outbox:{}", self.id),
+        }
+    }
+
+    /// Whether the downstream may hold this effect under the tuple-only key
+    /// ([`Self::legacy_downstream_key`]): an earlier attempt recorded it, or
+    /// a worker claimed the message and never settled it (it may have been
+    /// an earlier version, which sent that key).
+    pub fn maybe_sent_legacy(&self) -> bool {
+        match &self.sent_key {
+            Some(sent) => sent == self.legacy_downstream_key().as_str(),
+            None => self.attempts > 1,
+        }
     }
 
     /// Whether an earlier attempt may have reached the downstream: it was
@@ -132,4 +180,14 @@ pub struct OutboxEntry {
     pub last_error: Option<String>,
     /// When it was written.
     pub created_at: UnixMillis,
+}
+
+/// What sending messages back to pending came to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requeued {
+    /// Messages sent back to pending.
+    pub requeued: u64,
+    /// Messages left where they were because they are older than the
+    /// provider's key retention (and the retry was not forced), by id.
+    pub too_old: Vec<i64>,
 }

@@ -13,10 +13,11 @@ use tracing::{info, warn};
 use super::{CHARGE, OutboxMetrics, Worker, WorkerSettings, charge_delivery};
 use crate::config::{DatabaseArgs, parse_duration};
 use crate::db::Db;
-use crate::payments::client::ProviderClient;
+use crate::payments::client::{ProviderClient, redacted_url};
 
-/// Where charges go and how the outbox is delivered.
-#[derive(Clone, Debug, Args)]
+/// Where charges go and how the outbox is delivered. Its `Debug` shows the
+/// provider URL without credentials and never the token.
+#[derive(Clone, Args)]
 pub struct OutboxArgs {
     /// Delivery workers in this process (0: none; another process, e.g.
     /// `idemkey-server worker`, delivers).
@@ -52,6 +53,29 @@ pub struct OutboxArgs {
     /// How long an idle worker waits before looking again.
     #[arg(long, env = "IDEMKEY_OUTBOX_POLL", default_value = "250ms", value_parser = parse_duration)]
     pub outbox_poll: Duration,
+}
+
+impl std::fmt::Debug for OutboxArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxArgs")
+            .field("outbox_workers", &self.outbox_workers)
+            .field(
+                "payments_url",
+                &self.payments_url.as_deref().map(redacted_url),
+            )
+            .field(
+                "payments_token",
+                &self.payments_token.as_ref().map(|_| ".."),
+            )
+            .field("payments_timeout", &self.payments_timeout)
+            .field("outbox_lease", &self.outbox_lease)
+            .field("outbox_batch", &self.outbox_batch)
+            .field("outbox_max_attempts", &self.outbox_max_attempts)
+            .field("outbox_retry_base", &self.outbox_retry_base)
+            .field("outbox_retry_cap", &self.outbox_retry_cap)
+            .field("outbox_poll", &self.outbox_poll)
+            .finish()
+    }
 }
 
 impl OutboxArgs {
@@ -102,15 +126,16 @@ impl OutboxArgs {
             return Ok(Vec::new());
         };
         let token = self.payments_token.clone().unwrap_or_default();
+        let shown = redacted_url(url);
         let client = Arc::new(
             ProviderClient::new(url, &token, self.payments_timeout)
-                .map_err(|e| format!("cannot reach the payment provider at {url}: {e}"))?,
+                .map_err(|e| format!("cannot reach the payment provider at {shown}: {e}"))?,
         );
         let worker = Worker::new(db.clone(), self.settings())
             .handle(CHARGE, charge_delivery(client))
             .with_metrics(Arc::clone(metrics))
             .with_waker(Arc::clone(wake));
-        info!(workers = self.outbox_workers, provider = %url, "outbox delivery started");
+        info!(workers = self.outbox_workers, provider = %shown, "outbox delivery started");
         Ok((0..self.outbox_workers)
             .map(|_| {
                 let mut stop = stop.clone();
@@ -149,15 +174,33 @@ pub enum OutboxCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
-    /// Send a dead letter (or, with --all-dead, every one) back to pending
-    /// with a fresh budget; its next attempt looks the effect up first.
+    /// Send a dead letter or a failed message (or, with --all-dead, every
+    /// dead letter) back to pending with a fresh budget; its next attempt
+    /// looks the effect up first. A message older than the provider's key
+    /// retention is refused unless --force: the provider may have forgotten
+    /// its key, and a re-sent charge would then be a second charge.
     Retry {
-        /// The message's id.
+        /// The message's id (dead or failed).
         #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
         id: Option<i64>,
         /// Every dead letter.
         #[arg(long)]
         all_dead: bool,
+        /// Send back messages older than --payments-key-retention too
+        /// (check at the provider that they were never charged first).
+        #[arg(long)]
+        force: bool,
+        /// How long the payment provider remembers an idempotency key
+        /// (the simulator's: its 24 h replay window; Stripe's: 24 h). Ages
+        /// are measured by the database's clock from the message's
+        /// creation.
+        #[arg(
+            long,
+            env = "IDEMKEY_PAYMENTS_KEY_RETENTION",
+            default_value = "24h",
+            value_parser = parse_duration
+        )]
+        payments_key_retention: Duration,
         /// Where the data lives.
         #[command(flatten)]
         database: DatabaseArgs,

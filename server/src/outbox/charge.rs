@@ -1,16 +1,19 @@
 //! The `charge` effect of an order: a charge at the payment provider, sent
 //! with the message's derived key, and looked up first whenever an earlier
-//! attempt may have reached the provider.
+//! attempt may have reached the provider. A charge found (or answered)
+//! counts as this order's only if it names this order, amount and
+//! currency.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use serde::Deserialize;
+use tracing::warn;
 use uuid::Uuid;
 
 use super::Delivery;
 use crate::db::outbox::OutboxMessage;
-use crate::payments::client::{Attempt, ProviderClient};
+use crate::payments::client::{Attempt, FoundCharge, ProviderClient};
 
 /// The effect name of an order's payment.
 pub const CHARGE: &str = "charge";
@@ -44,29 +47,71 @@ async fn deliver(client: &ProviderClient, message: &OutboxMessage) -> Delivery {
     else {
         return Delivery::Refused("the charge's payload is malformed".into());
     };
-    let key = message.downstream_key();
+    let ours = |found: &FoundCharge| found.is_for(order_id, charge.amount_cents, &charge.currency);
+    let own = message.instance_downstream_key();
+    let legacy = message.legacy_downstream_key();
+    let mut key = message.downstream_key();
     if message.maybe_sent() {
         // An earlier attempt may have charged: never charge again blindly.
-        match client.lookup(key.as_str()).await {
-            Attempt::NotFound => {}
-            found => return delivery_of(found),
+        // A message an earlier version may have sent under the tuple-only
+        // key is looked up under that key too.
+        let mut keys = vec![own];
+        if message.maybe_sent_legacy() {
+            keys.push(legacy);
+        }
+        for looked_up in keys {
+            match client.lookup(looked_up.as_str()).await {
+                Attempt::NotFound => {}
+                Attempt::Charged(found) if ours(&found) => {
+                    return Delivery::Delivered(found.charge_id);
+                }
+                Attempt::Charged(found) if looked_up == legacy => {
+                    // The shared key's charge is another order's (the first
+                    // execution of a re-executed key): this order was never
+                    // charged under it, and is charged under its own key.
+                    warn!(
+                        id = message.id,
+                        charge = %found.charge_id,
+                        "the tuple-only key holds another order's charge; charging under the order's own key"
+                    );
+                    key = own;
+                }
+                Attempt::Charged(found) => return foreign(&found),
+                other => return delivery_of(other),
+            }
         }
     }
-    delivery_of(
-        client
-            .charge(
-                key.as_str(),
-                order_id,
-                charge.amount_cents,
-                &charge.currency,
-            )
-            .await,
-    )
+    match client
+        .charge(
+            key.as_str(),
+            order_id,
+            charge.amount_cents,
+            &charge.currency,
+        )
+        .await
+    {
+        Attempt::Charged(found) if !ours(&found) => foreign(&found),
+        answer => delivery_of(answer),
+    }
+}
+
+/// A charge that names another order, amount or currency: never taken as
+/// this order's.
+fn foreign(found: &FoundCharge) -> Delivery {
+    Delivery::Refused(format!(
+        "the provider's charge {} under this order's key is not this order's (order {}, {} {})",
+        found.charge_id,
+        found.order_id.as_deref().unwrap_or("?"),
+        found
+            .amount_cents
+            .map_or_else(|| "?".to_owned(), |a| a.to_string()),
+        found.currency.as_deref().unwrap_or("?"),
+    ))
 }
 
 fn delivery_of(attempt: Attempt) -> Delivery {
     match attempt {
-        Attempt::Charged { charge_id } => Delivery::Delivered(charge_id),
+        Attempt::Charged(found) => Delivery::Delivered(found.charge_id),
         Attempt::Declined { reason } => Delivery::Refused(reason),
         Attempt::Retry { after, reason } => Delivery::Retry { after, reason },
         Attempt::Uncertain { reason } => Delivery::Uncertain(reason),

@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use super::OutboxMetrics;
 use crate::db::outbox::{OutboxMessage, Settlement};
 use crate::db::{Db, StoreError};
+use crate::payments::client::MAX_RETRY_AFTER;
 
 /// What one delivery attempt came to, as the delivery function saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +30,8 @@ pub enum Delivery {
     /// sent again.
     Refused(String),
     /// Surely not applied (refused connection, 5xx, 429): send it again,
-    /// not before `after` when the downstream said so.
+    /// not before `after` when the downstream said so (at most
+    /// [`MAX_RETRY_AFTER`]).
     Retry {
         /// The downstream's `Retry-After`.
         after: Option<Duration>,
@@ -242,7 +244,12 @@ impl Worker {
             Delivery::Retry { after, reason } => (
                 AttemptOutcome::Response {
                     status: 503,
-                    retry_after_ms: after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    // A downstream's wait is honoured up to a bound: a
+                    // huge one would park the message for years, or
+                    // overflow the store's timestamp arithmetic.
+                    retry_after_ms: after.map(|d| {
+                        u64::try_from(d.min(MAX_RETRY_AFTER).as_millis()).unwrap_or(u64::MAX)
+                    }),
                     code: None,
                 },
                 reason,

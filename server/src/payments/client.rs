@@ -28,22 +28,25 @@ use uuid::Uuid;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attempt {
     /// The provider holds this charge (made now, replayed, or found).
-    Charged {
-        /// The provider's charge id (`ch_…`).
-        charge_id: String,
-    },
+    Charged(FoundCharge),
     /// A lookup found no charge under the key: sending it is safe.
     NotFound,
-    /// Refused for good (402, or another 4xx such as a bad request or a bad
-    /// secret): sending it again gets the same answer.
+    /// Refused for good by the provider itself (402, or another 4xx it
+    /// answers with its problem document, such as a bad request): sending
+    /// it again gets the same answer. A 401, 403 or 404, or an error page
+    /// that is not the provider's problem document, is a [`Attempt::Retry`]:
+    /// a secret being rotated or a wrong route says nothing about the
+    /// payment.
     Declined {
         /// The provider's problem code and detail, or the status.
         reason: String,
     },
-    /// Surely not applied (connection refused, 409 in progress, 429, 5xx):
-    /// send it again, after `after` when the provider said so.
+    /// Surely not applied (connection refused, 409 in progress, 429, 5xx,
+    /// 401/403/404, an error page that is not the provider's): send it
+    /// again, after `after` when the provider said so.
     Retry {
-        /// The provider's `Retry-After`, if any.
+        /// The provider's `Retry-After`, if any, at most
+        /// [`MAX_RETRY_AFTER`].
         after: Option<Duration>,
         /// What happened.
         reason: String,
@@ -57,6 +60,50 @@ pub enum Attempt {
         reason: String,
     },
 }
+
+/// A charge as the provider answered it: its id and what it says it
+/// charged, so a caller can tell its own charge from another one found
+/// under the same key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundCharge {
+    /// The provider's charge id (`ch_…`).
+    pub charge_id: String,
+    /// The order it names, if the answer said.
+    pub order_id: Option<String>,
+    /// Its amount in cents, if the answer said.
+    pub amount_cents: Option<i64>,
+    /// Its currency, if the answer said.
+    pub currency: Option<String>,
+}
+
+impl FoundCharge {
+    /// A charge known by its id only.
+    pub fn id(charge_id: &str) -> Self {
+        Self {
+            charge_id: charge_id.to_owned(),
+            order_id: None,
+            amount_cents: None,
+            currency: None,
+        }
+    }
+
+    /// Whether it is the charge of this order, amount and currency: every
+    /// one of them present and equal.
+    pub fn is_for(&self, order_id: Uuid, amount_cents: i64, currency: &str) -> bool {
+        self.order_id
+            .as_deref()
+            .and_then(|id| Uuid::try_parse(id).ok())
+            == Some(order_id)
+            && self.amount_cents == Some(amount_cents)
+            && self.currency.as_deref() == Some(currency)
+    }
+}
+
+/// The longest `Retry-After` honoured: a larger (or absurd) value waits
+/// this long, so a provider's answer can neither park a message for years
+/// nor overflow a timestamp, and a retry stays well inside the provider's
+/// key retention.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// Why a [`ProviderClient`] cannot be built.
 #[derive(Debug, Error)]
@@ -72,6 +119,25 @@ pub enum ClientError {
     Http(String),
 }
 
+/// `url` without its userinfo (`https://user:secret@host` becomes
+/// `https://***@host`), for logs and messages: a `--payments-url` may carry
+/// credentials, and they never reach a log line, an error or `/metrics`.
+pub fn redacted_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return if url.contains('@') {
+            "***".to_owned()
+        } else {
+            url.to_owned()
+        };
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}://***@{}", &url[..scheme_end], &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
 /// A client of one provider with one secret. Cheap to clone (the
 /// connection pool is shared).
 #[derive(Clone)]
@@ -84,7 +150,7 @@ pub struct ProviderClient {
 impl std::fmt::Debug for ProviderClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProviderClient")
-            .field("base", &self.base)
+            .field("base", &redacted_url(&self.base))
             .finish_non_exhaustive()
     }
 }
@@ -192,7 +258,7 @@ async fn classify(sent: reqwest::Result<reqwest::Response>, lookup: bool) -> Att
         .get(RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| parse_retry_after(v, crate::display_now()))
-        .map(Duration::from_millis);
+        .map(|ms| Duration::from_millis(ms).min(MAX_RETRY_AFTER));
     let body = match response.text().await {
         Ok(body) => body,
         // The status arrived, the rest did not: for a 2xx the charge exists.
@@ -200,33 +266,48 @@ async fn classify(sent: reqwest::Result<reqwest::Response>, lookup: bool) -> Att
         Err(_) => String::new(),
     };
     if status.is_success() {
-        let id = serde_json::from_str::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["id"].as_str().map(str::to_owned));
-        return match id {
-            Some(charge_id) => Attempt::Charged { charge_id },
+        let value = serde_json::from_str::<serde_json::Value>(&body).ok();
+        let found = value.as_ref().and_then(|v| {
+            Some(FoundCharge {
+                charge_id: v["id"].as_str()?.to_owned(),
+                order_id: v["order_id"].as_str().map(str::to_owned),
+                amount_cents: v["amount_cents"].as_i64(),
+                currency: v["currency"].as_str().map(str::to_owned),
+            })
+        });
+        return match found {
+            Some(found) => Attempt::Charged(found),
             None => Attempt::Uncertain {
                 reason: format!("{status} without a charge id"),
             },
         };
     }
+    let problem = Problem::from_json(&body).filter(|p| p.code.is_some());
     let reason = problem_reason(status, &body);
+    let retry = |reason: String| Attempt::Retry {
+        after: retry_after,
+        reason,
+    };
     match status {
-        StatusCode::NOT_FOUND if lookup => Attempt::NotFound,
+        // Only the provider's own "no such charge" proves there is none; a
+        // 404 page of a proxy or a wrong path proves nothing.
+        StatusCode::NOT_FOUND if lookup && problem.is_some() => Attempt::NotFound,
         // Past the provider's replay window: the charge may exist.
         StatusCode::GONE => Attempt::Uncertain { reason },
         StatusCode::CONFLICT
         | StatusCode::TOO_MANY_REQUESTS
         | StatusCode::REQUEST_TIMEOUT
-        | StatusCode::TOO_EARLY => Attempt::Retry {
-            after: retry_after,
-            reason,
-        },
-        s if s.is_server_error() => Attempt::Retry {
-            after: retry_after,
-            reason,
-        },
-        _ => Attempt::Declined { reason },
+        | StatusCode::TOO_EARLY => retry(reason),
+        s if s.is_server_error() => retry(reason),
+        // Our secret or the route is wrong (a rotation, a proxy, a moved
+        // endpoint): nothing was charged, and an operator can fix it.
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND => {
+            retry(format!("the provider did not take the request ({reason})"))
+        }
+        // Only the provider's problem document is its decision; an HTML
+        // error page or an empty body came from something in between.
+        s if s.is_client_error() && problem.is_some() => Attempt::Declined { reason },
+        _ => retry(format!("not an answer of the provider ({reason})")),
     }
 }
 
@@ -299,6 +380,30 @@ mod tests {
     }
 
     #[test]
+    fn credentials_in_a_url_are_redacted() {
+        for (url, shown) in [
+            (
+                "https://user:s3cret@pay.example/v1",
+                "https://***@pay.example/v1",
+            ),
+            ("http://s3cret@127.0.0.1:9", "http://***@127.0.0.1:9"),
+            ("http://a:b@c:s3cret@host/x@y", "http://***@host/x@y"),
+            ("http://127.0.0.1:9/p?q=a@b", "http://127.0.0.1:9/p?q=a@b"),
+            ("user:s3cret@host", "***"),
+            ("http://host", "http://host"),
+        ] {
+            assert_eq!(redacted_url(url), shown);
+        }
+        let client = ProviderClient::new(
+            "http://user:s3cret@127.0.0.1:9",
+            "token",
+            Duration::from_secs(1),
+        )
+        .expect("a client");
+        assert!(!format!("{client:?}").contains("s3cret"));
+    }
+
+    #[test]
     fn the_secret_stays_out_of_debug() {
         let client = ProviderClient::new("http://127.0.0.1:9", "s3cret", Duration::from_secs(1))
             .expect("a client");
@@ -322,10 +427,17 @@ mod tests {
         let problem = |code: &str| format!(r#"{{"code":"{code}","detail":"d"}}"#);
         assert_eq!(
             outcome(201, None, r#"{"id":"ch_1"}"#, false).await,
-            Attempt::Charged {
-                charge_id: "ch_1".into()
-            }
+            Attempt::Charged(FoundCharge::id("ch_1"))
         );
+        let body = r#"{"id":"ch_2","order_id":"8e03978e-40d5-43e8-bc93-6894a57f9324","amount_cents":5980,"currency":"EUR"}"#;
+        let Attempt::Charged(found) = outcome(200, None, body, true).await else {
+            panic!("a charge");
+        };
+        let order = Uuid::parse_str("8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap();
+        assert!(found.is_for(order, 5980, "EUR"));
+        assert!(!found.is_for(order, 5981, "EUR"));
+        assert!(!found.is_for(Uuid::nil(), 5980, "EUR"));
+        assert!(!FoundCharge::id("ch_1").is_for(order, 5980, "EUR"));
         assert!(matches!(
             outcome(201, None, "{}", false).await,
             Attempt::Uncertain { .. }
@@ -334,16 +446,9 @@ mod tests {
             outcome(404, None, &problem("not-found"), true).await,
             Attempt::NotFound
         );
-        assert_eq!(
-            outcome(404, None, &problem("not-found"), false).await,
-            Attempt::Declined {
-                reason: "not-found: d".into()
-            }
-        );
         for (status, code) in [
             (402, "payment-declined"),
             (400, "request-invalid"),
-            (401, "unauthorized"),
             (422, "idempotency-key-reused"),
         ] {
             assert_eq!(
@@ -364,6 +469,27 @@ mod tests {
                 "{status}"
             );
         }
+        // Auth and routing failures, and error pages that are not the
+        // provider's problem document, are not decisions about the payment.
+        let html = "<html><body>Bad Gateway</body></html>";
+        for (status, body, lookup) in [
+            (401, problem("unauthorized"), false),
+            (403, problem("forbidden"), false),
+            (404, problem("not-found"), false),
+            (404, html.to_owned(), true),
+            (404, String::new(), true),
+            (400, html.to_owned(), false),
+            (402, html.to_owned(), false),
+            (413, String::new(), false),
+            (302, String::new(), false),
+        ] {
+            let got = outcome(status, None, &body, lookup).await;
+            assert!(
+                matches!(got, Attempt::Retry { after: None, .. }),
+                "{status} {body:?}: {got:?}"
+            );
+            assert!(!format!("{got:?}").contains("<html>"), "{got:?}");
+        }
         assert!(matches!(
             outcome(503, Some("soon"), "", false).await,
             Attempt::Retry { after: None, .. }
@@ -372,10 +498,25 @@ mod tests {
             outcome(410, None, &problem("idempotency-key-expired"), false).await,
             Attempt::Uncertain { .. }
         ));
-        assert!(matches!(
-            outcome(302, None, "", false).await,
-            Attempt::Declined { .. }
-        ));
+    }
+
+    #[tokio::test]
+    async fn a_huge_retry_after_is_capped() {
+        for value in [
+            "99999999999999999999999",
+            "18446744073709551615",
+            "315360000",
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+        ] {
+            assert_eq!(
+                outcome(503, Some(value), "", false).await,
+                Attempt::Retry {
+                    after: Some(MAX_RETRY_AFTER),
+                    reason: "503 Service Unavailable".into()
+                },
+                "{value}"
+            );
+        }
     }
 
     #[test]

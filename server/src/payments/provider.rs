@@ -9,6 +9,7 @@
 //! | `POST /charges` (`Idempotency-Key` required) | 201 the charge; 402 `payment-declined` for a declined amount (nothing stored) |
 //! | `GET /charges/{key}` | 200 the charge made under that key, or 404 `not-found` |
 //! | `GET /charges` | 200 `{"charges": [...]}`: every charge of the caller, oldest first |
+//! | `GET /requests` | 200 `{"requests": [...]}`: the caller's request log, in arrival order: every `POST /charges` (`request`) and `GET /charges/{key}` (`lookup`) received, and every run of the charge handler (`charge`, with its order) |
 //! | `POST /faults/lose-next` | 204: the next successful charge (of any caller) loses its response ([`LoseNext`]) |
 //!
 //! Every route needs `Authorization: Bearer SECRET` with one of the
@@ -32,7 +33,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, LOCATION};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
@@ -49,7 +50,7 @@ use tracing::{info, warn};
 pub use super::faults::LoseNext;
 use super::faults::{Faults, inject};
 use crate::config::parse_duration;
-use crate::db::{CHARGES_NEED_SQL, Charge, ChargeWrite, Db, NewCharge, PgSettings};
+use crate::db::{CHARGES_NEED_SQL, Charge, ChargeWrite, Db, NewCharge, PgSettings, RequestKind};
 use crate::layer::IdempotencyLayer;
 use crate::problems::{ApiError, problem_response};
 use crate::routes::{json_response, rfc3339};
@@ -143,6 +144,11 @@ pub struct ProviderArgs {
     /// (logged) without it.
     #[arg(long, env = "IDEMKEY_PROVIDER_FAULT_SEED")]
     pub fault_seed: Option<u64>,
+    /// Listen on an address other than loopback. The simulator is for tests
+    /// and the demo (plain HTTP, faults on purpose, a request log anyone
+    /// with a secret can read): it refuses such an address without this.
+    #[arg(long, env = "IDEMKEY_PROVIDER_ALLOW_NON_LOOPBACK")]
+    pub allow_non_loopback: bool,
 }
 
 fn parse_rate(text: &str) -> Result<f64, String> {
@@ -209,6 +215,8 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
         .route("/charges/{key}", get(lookup))
         .route_layer(idempotent)
         .route_layer(from_fn_with_state(faults, inject))
+        .route_layer(from_fn_with_state(provider.clone(), record))
+        .route("/requests", get(requests))
         .route("/faults/lose-next", post(arm))
         .route_layer(from_fn_with_state(provider.clone(), authenticate))
         .fallback(|| async { problem_response(&Problem::not_found()) })
@@ -224,6 +232,13 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
 
 /// Runs the provider until SIGTERM or SIGINT.
 pub async fn run(args: ProviderArgs) -> Result<(), String> {
+    if !args.bind.ip().is_loopback() && !args.allow_non_loopback {
+        return Err(format!(
+            "refusing to listen on {}: the simulator is for tests and the demo; bind a loopback \
+             address (127.0.0.1 or [::1]) or pass --allow-non-loopback",
+            args.bind
+        ));
+    }
     let db = Db::open(&args.database_url, &PgSettings::default())
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
@@ -279,6 +294,87 @@ async fn authenticate(
     };
     request.extensions_mut().insert(Caller(scope));
     next.run(request).await
+}
+
+/// Middleware inside the authentication, outside the faults: logs every
+/// charge request and lookup as it arrives ([`RequestKind`]), so a test
+/// sees a second charge request under a key that the charges table's
+/// unique key would hide, and whether a lookup came before each resend.
+async fn record(State(provider): State<Provider>, request: Request, next: Next) -> Response {
+    let scope = request.extensions().get::<Caller>().map(|c| c.0.clone());
+    let path = request.uri().path();
+    let logged = if request.method() == Method::POST && path == "/charges" {
+        IdempotencyKey::from_field_lines(
+            request
+                .headers()
+                .get_all(KEY_HEADER)
+                .iter()
+                .map(HeaderValue::as_bytes),
+            KeyProfile::Lenient,
+        )
+        .ok()
+        .map(|key| (RequestKind::Request, key.as_str().to_owned()))
+    } else if request.method() == Method::GET {
+        path.strip_prefix("/charges/").map(|key| {
+            let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
+            (RequestKind::Lookup, key.into_owned())
+        })
+    } else {
+        None
+    };
+    if let (Some(scope), Some((kind, key))) = (scope, logged) {
+        if key.is_empty() || key.len() > 1024 {
+            return next.run(request).await;
+        }
+        if let Err(err) = provider
+            .db
+            .log_provider_request(&scope, kind, &key, None)
+            .await
+        {
+            return ApiError::Store(err).into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// One row of the request log as the provider shows it.
+#[derive(Serialize)]
+struct RequestBody<'a> {
+    seq: i64,
+    kind: &'a str,
+    idempotency_key: &'a str,
+    order_id: Option<String>,
+    created_at: String,
+}
+
+#[derive(Serialize)]
+struct RequestList<'a> {
+    requests: Vec<RequestBody<'a>>,
+}
+
+/// `GET /requests`: the caller's request log, in arrival order.
+async fn requests(
+    State(provider): State<Provider>,
+    axum::Extension(Caller(scope)): axum::Extension<Caller>,
+) -> Response {
+    match provider.db.provider_requests(&scope).await {
+        Ok(log) => json(
+            StatusCode::OK,
+            &RequestList {
+                requests: log
+                    .iter()
+                    .map(|r| RequestBody {
+                        seq: r.seq,
+                        kind: &r.kind,
+                        idempotency_key: &r.idempotency_key,
+                        order_id: r.order_id.map(|id| id.to_string()),
+                        created_at: rfc3339(r.created_at),
+                    })
+                    .collect(),
+            },
+        ),
+        Err(err) => ApiError::Store(err).into_response(),
+    }
 }
 
 /// A charge as the provider shows it.
@@ -400,7 +496,24 @@ async fn create(
         amount_cents: request.amount_cents,
         currency: request.currency,
     };
-    let charge = match provider.db.insert_charge(&new).await {
+    let written = provider.db.insert_charge(&new).await;
+    if written.is_ok() {
+        // Every run that reached the write, a same-key repeat included:
+        // the unique key above would hide it.
+        if let Err(err) = provider
+            .db
+            .log_provider_request(
+                &new.scope,
+                RequestKind::Charge,
+                &new.idempotency_key,
+                Some(new.order_id),
+            )
+            .await
+        {
+            return ApiError::Store(err).into_response();
+        }
+    }
+    let charge = match written {
         Ok(ChargeWrite::Created(charge)) => charge,
         Ok(ChargeWrite::Existing(charge)) => {
             let same = charge.order_id == new.order_id

@@ -37,7 +37,10 @@ pub struct DemoProvider {
 impl std::fmt::Debug for DemoProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DemoProvider")
-            .field("switch_url", &self.switch_url)
+            .field(
+                "switch_url",
+                &crate::payments::client::redacted_url(&self.switch_url),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -174,6 +174,13 @@ impl Env {
         Server::start(&self.url, extra, true)
     }
 
+    /// Starts a server with extra environment variables (`RUST_LOG` among
+    /// them replaces the default `info`).
+    #[allow(dead_code)]
+    pub fn serve_with_env(&self, extra: &[&str], env: &[(&str, String)]) -> Server {
+        Server::start_with(&self.url, extra, false, env)
+    }
+
     /// Starts a server whose own clock is off by `offset` (libfaketime's
     /// syntax, e.g. `+2h`), as on a host whose clock drifted.
     pub fn serve_skewed(&self, extra: &[&str], offset: &str) -> Server {
@@ -331,12 +338,12 @@ impl Server {
 
     fn spawn(command: &[&str], extra: &[&str], faults: bool, env: &[(&str, String)]) -> Self {
         let mut cmd = Command::new(BIN);
+        cmd.env("RUST_LOG", "info");
         cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
         cmd.args(command)
             .args(["--bind", "127.0.0.1:0"])
             .args(extra)
             .env_remove("DATABASE_URL")
-            .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -402,6 +409,26 @@ impl Server {
             .await
             .expect("json");
         json["count"].as_u64().expect("a count")
+    }
+
+    /// A provider simulator's request log (`GET /requests`) of the caller
+    /// with `secret`, in arrival order.
+    #[allow(dead_code)]
+    pub async fn provider_requests(&self, secret: &str) -> Vec<idemkey_testkit::LoggedRequest> {
+        let list = self.get(secret, "/requests").await;
+        assert_eq!(list.status, 200, "{}", list.body);
+        let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
+        list.json()["requests"]
+            .as_array()
+            .expect("a request log")
+            .iter()
+            .map(|r| idemkey_testkit::LoggedRequest {
+                seq: r["seq"].as_i64().expect("a seq"),
+                kind: text(r, "kind"),
+                idempotency_key: text(r, "idempotency_key"),
+                order_id: r["order_id"].as_str().map(str::to_owned),
+            })
+            .collect()
     }
 
     /// The server process's id (to read its `/proc/<pid>/status`).

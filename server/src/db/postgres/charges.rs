@@ -6,11 +6,15 @@ use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use super::{PgDb, db_error};
-use crate::db::{Charge, ChargeWrite, NewCharge, StoreError, from_system_time};
+use crate::db::{
+    Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind, StoreError, from_system_time,
+};
 
 const INSERT_CHARGE: &str = include_str!("sql/insert_charge.sql");
 const CHARGE: &str = include_str!("sql/charge.sql");
 const CHARGES: &str = include_str!("sql/charges.sql");
+const LOG_REQUEST: &str = include_str!("sql/log_request.sql");
+const REQUESTS: &str = include_str!("sql/requests.sql");
 
 /// How often the insert runs again when a concurrent insert of the same key
 /// committed after its snapshot (so it neither inserted nor saw the row).
@@ -73,6 +77,51 @@ impl PgDb {
             .await
             .map_err(db_error)?;
         rows.iter().map(charge_from_row).collect()
+    }
+
+    pub(in crate::db) async fn log_provider_request(
+        &self,
+        scope: &str,
+        kind: RequestKind,
+        key: &str,
+        order_id: Option<Uuid>,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .query_typed(
+                LOG_REQUEST,
+                &[
+                    (&scope, Type::TEXT),
+                    (&kind.as_str(), Type::TEXT),
+                    (&key, Type::TEXT),
+                    (&order_id, Type::UUID),
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(db_error)
+    }
+
+    pub(in crate::db) async fn provider_requests(
+        &self,
+        scope: &str,
+    ) -> Result<Vec<ProviderRequest>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query_typed(REQUESTS, &[(&scope, Type::TEXT)])
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                Ok(ProviderRequest {
+                    seq: row.try_get("seq").map_err(db_error)?,
+                    kind: row.try_get("kind").map_err(db_error)?,
+                    idempotency_key: row.try_get("idempotency_key").map_err(db_error)?,
+                    order_id: row.try_get("order_id").map_err(db_error)?,
+                    created_at: from_system_time(row.try_get("created_at").map_err(db_error)?),
+                })
+            })
+            .collect()
     }
 }
 

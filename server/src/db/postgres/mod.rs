@@ -64,6 +64,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "provider_charges",
         include_str!("migrations/0007_provider_charges.sql"),
     ),
+    (
+        8,
+        "provider_requests",
+        include_str!("migrations/0008_provider_requests.sql"),
+    ),
 ];
 
 /// The limits of the migration transaction, in place of the request

@@ -8,7 +8,7 @@ use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
 use super::{PgDb, db_error};
-use crate::db::outbox::{OutboxEntry, OutboxMessage, OutboxStats, Settlement};
+use crate::db::outbox::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
 use crate::db::{StoreError, from_system_time, millis};
 use crate::idempotency::RecordKey;
 
@@ -151,8 +151,21 @@ impl PgDb {
             .collect()
     }
 
-    pub(in crate::db) async fn outbox_retry(&self, id: Option<i64>) -> Result<u64, StoreError> {
+    pub(in crate::db) async fn outbox_retry(
+        &self,
+        id: Option<i64>,
+        retention: Duration,
+        force: bool,
+    ) -> Result<Requeued, StoreError> {
         let client = self.client().await?;
-        client.execute(RETRY, &[&id]).await.map_err(db_error)
+        let row = client
+            .query_one(RETRY, &[&id, &millis(retention), &force])
+            .await
+            .map_err(db_error)?;
+        let requeued: i64 = row.try_get("requeued").map_err(db_error)?;
+        Ok(Requeued {
+            requeued: u64::try_from(requeued).unwrap_or(0),
+            too_old: row.try_get("too_old").map_err(db_error)?,
+        })
     }
 }

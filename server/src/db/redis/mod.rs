@@ -339,7 +339,12 @@ impl RedisDb {
     }
 
     /// Refused: see [`LEASE_ONLY`].
-    pub async fn outbox_retry(&self, _: Option<i64>) -> Result<u64, StoreError> {
+    pub async fn outbox_retry(
+        &self,
+        _: Option<i64>,
+        _: std::time::Duration,
+        _: bool,
+    ) -> Result<crate::db::outbox::Requeued, StoreError> {
         Err(lease_only())
     }
 

@@ -5,11 +5,13 @@ use rusqlite::{OptionalExtension as _, Row, params};
 use uuid::Uuid;
 
 use super::{SqliteDb, immediate, sqlite_error};
-use crate::db::{Charge, ChargeWrite, NewCharge, StoreError};
+use crate::db::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind, StoreError};
 
 const INSERT_CHARGE: &str = include_str!("sql/insert_charge.sql");
 const CHARGE: &str = include_str!("sql/charge.sql");
 const CHARGES: &str = include_str!("sql/charges.sql");
+const LOG_REQUEST: &str = include_str!("sql/log_request.sql");
+const REQUESTS: &str = include_str!("sql/requests.sql");
 
 impl SqliteDb {
     pub(in crate::db) async fn insert_charge(
@@ -75,6 +77,59 @@ impl SqliteDb {
                 .and_then(Iterator::collect::<Result<Vec<_>, _>>)
                 .map_err(sqlite_error)?;
             rows.into_iter().map(RawCharge::into_charge).collect()
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn log_provider_request(
+        &self,
+        scope: &str,
+        kind: RequestKind,
+        key: &str,
+        order_id: Option<Uuid>,
+    ) -> Result<(), StoreError> {
+        let (scope, key) = (scope.to_owned(), key.to_owned());
+        let order_id = order_id.map(|id| id.to_string());
+        self.with_conn(move |conn| {
+            conn.prepare_cached(LOG_REQUEST)
+                .and_then(|mut stmt| stmt.execute(params![scope, kind.as_str(), key, order_id]))
+                .map(drop)
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(in crate::db) async fn provider_requests(
+        &self,
+        scope: &str,
+    ) -> Result<Vec<ProviderRequest>, StoreError> {
+        let scope = scope.to_owned();
+        self.with_reader(move |conn| {
+            let mut stmt = conn.prepare_cached(REQUESTS).map_err(sqlite_error)?;
+            let rows = stmt
+                .query_map([scope], |row| {
+                    Ok((
+                        row.get::<_, i64>("seq")?,
+                        row.get::<_, String>("kind")?,
+                        row.get::<_, String>("idempotency_key")?,
+                        row.get::<_, Option<String>>("order_id")?,
+                        row.get::<_, i64>("created_at")?,
+                    ))
+                })
+                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                .map_err(sqlite_error)?;
+            Ok(rows
+                .into_iter()
+                .map(
+                    |(seq, kind, idempotency_key, order_id, created_at)| ProviderRequest {
+                        seq,
+                        kind,
+                        idempotency_key,
+                        order_id: order_id.and_then(|id| Uuid::try_parse(&id).ok()),
+                        created_at: UnixMillis(u64::try_from(created_at).unwrap_or(0)),
+                    },
+                )
+                .collect())
         })
         .await
     }

@@ -79,6 +79,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "provider_charges",
         include_str!("migrations/0007_provider_charges.sql"),
     ),
+    (
+        8,
+        "provider_requests",
+        include_str!("migrations/0008_provider_requests.sql"),
+    ),
 ];
 
 /// How long a call waits for the connection and another process's write

@@ -8,7 +8,7 @@ use rusqlite::params;
 use uuid::Uuid;
 
 use super::{SqliteDb, immediate, sqlite_error};
-use crate::db::outbox::{OutboxEntry, OutboxMessage, OutboxStats, Settlement};
+use crate::db::outbox::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
 use crate::db::{StoreError, millis};
 use idemkey_core::UnixMillis;
 
@@ -17,6 +17,7 @@ const SETTLE: &str = include_str!("sql/outbox_settle.sql");
 const STATS: &str = include_str!("sql/outbox_stats.sql");
 const LIST: &str = include_str!("sql/outbox_list.sql");
 const RETRY: &str = include_str!("sql/outbox_retry.sql");
+const RETRY_TOO_OLD: &str = include_str!("sql/outbox_retry_too_old.sql");
 
 /// How long the figures wait for the connection before giving up.
 const STATS_WAIT: Duration = Duration::from_millis(200);
@@ -138,12 +139,31 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn outbox_retry(&self, id: Option<i64>) -> Result<u64, StoreError> {
+    pub(in crate::db) async fn outbox_retry(
+        &self,
+        id: Option<i64>,
+        retention: Duration,
+        force: bool,
+    ) -> Result<Requeued, StoreError> {
+        let retention = millis(retention);
         self.with_conn(move |conn| {
-            conn.prepare_cached(RETRY)
-                .and_then(|mut stmt| stmt.execute(params![id]))
-                .map(|n| n as u64)
-                .map_err(sqlite_error)
+            let tx = immediate(conn)?;
+            let too_old = tx
+                .prepare_cached(RETRY_TOO_OLD)
+                .and_then(|mut stmt| {
+                    stmt.query_map(params![id, retention, force], |row| row.get(0))?
+                        .collect::<rusqlite::Result<Vec<i64>>>()
+                })
+                .map_err(sqlite_error)?;
+            let requeued = tx
+                .prepare_cached(RETRY)
+                .and_then(|mut stmt| stmt.execute(params![id, retention, force]))
+                .map_err(sqlite_error)?;
+            tx.commit().map_err(sqlite_error)?;
+            Ok(Requeued {
+                requeued: requeued as u64,
+                too_old,
+            })
         })
         .await
     }
