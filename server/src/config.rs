@@ -141,11 +141,11 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEMKEY_KEY_PROFILE", default_value = "lenient", value_parser = parse_profile)]
     pub key_profile: KeyProfile,
     /// How long a stored response is replayed (e.g. 2s, 15m, 24h).
-    #[arg(long, env = "IDEMKEY_REPLAY_TTL", default_value = "24h", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_REPLAY_TTL", default_value = "24h", value_parser = duration_at_most(MAX_DURATION))]
     pub replay_ttl: Duration,
     /// How long a key is remembered after creation (as a tombstone after the
     /// replay window), so reuse, expiry and lookups still answer.
-    #[arg(long, env = "IDEMKEY_TOMBSTONE_TTL", default_value = "30d", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_TOMBSTONE_TTL", default_value = "30d", value_parser = duration_at_most(MAX_DURATION))]
     pub tombstone_ttl: Duration,
     /// After the replay window: reject (410) or reexecute.
     #[arg(long, env = "IDEMKEY_EXPIRY_POLICY", default_value = "reject", value_parser = parse_policy)]
@@ -155,7 +155,7 @@ pub struct ServeArgs {
     pub pool_size: usize,
     /// How long a request waits for a database connection before 503 (on
     /// SQLite: for its one connection and another process's write lock).
-    #[arg(long, env = "IDEMKEY_POOL_WAIT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_POOL_WAIT", default_value = "5s", value_parser = duration_at_most(MAX_WAIT))]
     pub pool_wait: Duration,
     /// SQLite only: read-only connections for order reads, key lookups and
     /// /metrics, which then never wait for the writer (0: they share the
@@ -171,28 +171,28 @@ pub struct ServeArgs {
     #[arg(long, env = "IDEMKEY_MAX_IN_FLIGHT", default_value_t = crate::load_shed::DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,
     /// Longest lock wait (a concurrent request with the same key) before 409.
-    #[arg(long, env = "IDEMKEY_LOCK_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_LOCK_TIMEOUT", default_value = "2s", value_parser = duration_at_most(MAX_WAIT))]
     pub lock_timeout: Duration,
     /// Longest statement before 503.
-    #[arg(long, env = "IDEMKEY_STATEMENT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_STATEMENT_TIMEOUT", default_value = "5s", value_parser = duration_at_most(MAX_WAIT))]
     pub statement_timeout: Duration,
     /// Longest wait for a request body once its head has arrived; past it
     /// the request gets 400 request-invalid and its connection is closed.
-    #[arg(long, env = "IDEMKEY_BODY_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_BODY_READ_TIMEOUT", default_value = "10s", value_parser = duration_at_most(MAX_WAIT))]
     pub body_read_timeout: Duration,
     /// How often the background task trims expired records.
-    #[arg(long, env = "IDEMKEY_TRIM_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_TRIM_INTERVAL", default_value = "60s", value_parser = duration_at_most(MAX_INTERVAL))]
     pub trim_interval: Duration,
     /// Rows per trim batch.
     #[arg(long, env = "IDEMKEY_TRIM_BATCH", default_value_t = 500)]
     pub trim_batch: u32,
     /// How long in-flight requests may take to finish after SIGTERM.
-    #[arg(long, env = "IDEMKEY_SHUTDOWN_GRACE", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_SHUTDOWN_GRACE", default_value = "10s", value_parser = duration_at_most(MAX_WAIT))]
     pub shutdown_grace: Duration,
     /// How often each process writes its tokens' `last_used_at` (one
     /// UPDATE per interval, never one per request): `token list` shows the
     /// last use to within this interval.
-    #[arg(long, env = "IDEMKEY_TOKEN_LAST_USED_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_TOKEN_LAST_USED_INTERVAL", default_value = "60s", value_parser = duration_at_most(MAX_INTERVAL))]
     pub token_last_used_interval: Duration,
     /// Memory of the replay cache, in MiB: completed results answered again
     /// without a database read, in each process. 0 turns it off.
@@ -202,7 +202,7 @@ pub struct ServeArgs {
     /// asking the database: the longest a revoked token can still replay
     /// from a process's cache (everything else checks the token in the
     /// database at once). 0s turns the cache off.
-    #[arg(long, env = "IDEMKEY_AUTH_CACHE_TTL", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "IDEMKEY_AUTH_CACHE_TTL", default_value = "1s", value_parser = duration_at_most(MAX_WAIT))]
     pub auth_cache_ttl: Duration,
     /// Where charges go and how the outbox is delivered.
     #[command(flatten)]
@@ -230,9 +230,15 @@ pub struct ServeArgs {
 /// Flags of `fixture`.
 #[derive(Clone, Debug, Args)]
 pub struct FixtureArgs {
-    /// Address to listen on.
+    /// Address to listen on; a loopback address (127.0.0.1, ::1) unless
+    /// --allow-non-loopback.
     #[arg(long, env = "IDEMKEY_FIXTURE_BIND", default_value = "127.0.0.1:3001")]
     pub bind: SocketAddr,
+    /// Serve on a non-loopback --bind: the fixture has no authentication
+    /// and one shared scope, so anyone who reaches it replays everyone's
+    /// responses.
+    #[arg(long)]
+    pub allow_non_loopback: bool,
     /// sqlite://PATH, postgres://…, redis://… (rediss:// for TLS) or
     /// redis+cluster://host:port,host:port; default: a new SQLite file in
     /// the temporary directory.
@@ -247,25 +253,25 @@ pub struct FixtureArgs {
     #[arg(long, default_value_t = 0)]
     pub redis_wait_replicas: u32,
     /// Redis only: how long `WAIT` may take.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = duration_at_most(MAX_WAIT))]
     pub redis_wait_timeout: Duration,
     /// Redis only: how long a record outlives its lease (abandoned claims)
     /// or its creation (completed records, at least their replay window)
     /// before Redis expires it.
-    #[arg(long, default_value = "30d", value_parser = parse_duration)]
+    #[arg(long, default_value = "30d", value_parser = duration_at_most(MAX_DURATION))]
     pub redis_retention: Duration,
     /// Redis only: PEM file of the certificate authorities that a
     /// rediss:// server's certificate must chain to (default: the system's).
     #[arg(long)]
     pub redis_ca_file: Option<PathBuf>,
     /// How long a stored response is replayed (e.g. 2s, 15m, 24h).
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    #[arg(long, default_value = "24h", value_parser = duration_at_most(MAX_DURATION))]
     pub replay_ttl: Duration,
     /// After the replay window: reject (410) or reexecute.
     #[arg(long, default_value = "reject", value_parser = parse_policy)]
     pub expiry_policy: ExpiryPolicy,
     /// How long a claim holds a key before a retry may take it over.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = duration_at_most(MAX_INTERVAL))]
     pub lease: Duration,
     /// Largest request body read, in bytes (413 above).
     #[arg(long, default_value_t = crate::layer::DEFAULT_MAX_REQUEST_BODY)]
@@ -285,27 +291,85 @@ fn parse_policy(s: &str) -> Result<ExpiryPolicy, String> {
     s.parse()
 }
 
-/// Parses `500ms`, `2s`, `15m`, `24h` or `30d` (a whole number and a unit).
+/// The longest duration any option takes (3650 days): replay windows,
+/// tombstone and Redis retention. Far from where `Instant`, tokio's timers
+/// or a PostgreSQL interval would overflow, so no setting can panic or
+/// fail a statement later.
+pub const MAX_DURATION: Duration = Duration::from_secs(3_650 * 86_400);
+
+/// The longest wait or timeout (1 hour): `--pool-wait`, `--lock-timeout`,
+/// `--statement-timeout` (PostgreSQL takes these two in milliseconds as a
+/// 32-bit integer, at most about 24 days), `--body-read-timeout`,
+/// `--shutdown-grace`, `--auth-cache-ttl` (the longest a revoked token can
+/// replay from a cache) and `--redis-wait-timeout`.
+pub const MAX_WAIT: Duration = Duration::from_secs(3_600);
+
+/// The longest period of background work or claim (1 day):
+/// `--trim-interval`, `--token-last-used-interval`, the fixture's `--lease`.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
+
+/// Parses `500ms`, `2s`, `15m`, `24h` or `30d` (a whole number and a unit),
+/// at most [`MAX_DURATION`]: the parser of every duration option without a
+/// tighter bound of its own ([`duration_at_most`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    parse_at_most(s, MAX_DURATION)
+}
+
+/// The parser of a duration option that takes at most `max`; clap's error
+/// then names the option, and this message the bound.
+pub fn duration_at_most(
+    max: Duration,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |s| parse_at_most(s, max)
+}
+
+fn parse_at_most(s: &str, max: Duration) -> Result<Duration, String> {
     let s = s.trim();
     let split = s
         .find(|c: char| !c.is_ascii_digit())
         .ok_or_else(|| format!("{s:?} needs a unit: ms, s, m, h or d (e.g. 24h)"))?;
     let (number, unit) = s.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{s:?} must start with a whole number (e.g. 15m)"))?;
-    let secs_per_unit = match unit {
-        "ms" => return Ok(Duration::from_millis(n)),
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
+    let too_long = || {
+        format!(
+            "{s:?} is longer than this option's upper bound of {}",
+            crate::operator::human_duration(max)
+        )
+    };
+    let n: u64 = match number.parse() {
+        Ok(n) => n,
+        // All digits but too many for a u64: longer than any bound.
+        Err(_) if !number.is_empty() => return Err(too_long()),
+        Err(_) => return Err(format!("{s:?} must start with a whole number (e.g. 15m)")),
+    };
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
         other => return Err(format!("unknown unit {other:?}: use ms, s, m, h or d")),
     };
-    n.checked_mul(secs_per_unit)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("{s:?} is too long"))
+    n.checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
+        .filter(|d| *d <= max)
+        .ok_or_else(too_long)
+}
+
+impl FixtureArgs {
+    /// Checks what clap cannot: a non-loopback bind needs the explicit
+    /// switch.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.bind.ip().is_loopback() || self.allow_non_loopback {
+            return Ok(());
+        }
+        Err(format!(
+            "the fixture has no authentication (one scope for every caller): --bind (IDEMKEY_FIXTURE_BIND) \
+             must be a loopback address such as 127.0.0.1:{port} or [::1]:{port}, not {}, \
+             unless --allow-non-loopback is given",
+            self.bind,
+            port = self.bind.port(),
+        ))
+    }
 }
 
 impl ServeArgs {
@@ -392,6 +456,45 @@ mod tests {
     }
 
     #[test]
+    fn durations_have_upper_bounds() {
+        assert_eq!(parse_duration("3650d"), Ok(MAX_DURATION));
+        for too_long in ["3651d", "200000000000000d", "99999999999999999999999s"] {
+            let err = parse_duration(too_long).unwrap_err();
+            assert!(err.contains("upper bound of 3650d"), "{too_long}: {err}");
+        }
+        let wait = duration_at_most(MAX_WAIT);
+        assert_eq!(wait("60m"), Ok(MAX_WAIT));
+        assert!(wait("3600001ms").unwrap_err().contains("upper bound of 1h"));
+    }
+
+    #[test]
+    fn an_option_past_its_bound_is_refused_naming_both() {
+        for (flag, value, bound) in [
+            ("--auth-cache-ttl", "200000000000000d", "1h"),
+            ("--pool-wait", "2h", "1h"),
+            ("--lock-timeout", "25d", "1h"),
+            ("--trim-interval", "2d", "1d"),
+            ("--replay-ttl", "3651d", "3650d"),
+        ] {
+            let err = Cli::try_parse_from(["idemkey-server", "serve", flag, value])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(flag), "{flag}: {err}");
+            assert!(
+                err.contains(&format!("upper bound of {bound}")),
+                "{flag}: {err}"
+            );
+        }
+        let err = Cli::try_parse_from(["idemkey-server", "fixture", "--lease", "2d"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--lease") && err.contains("upper bound of 1d"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn serve_defaults_match_the_issue() {
         let cli =
             Cli::try_parse_from(["idemkey-server", "serve", "--database-url", "postgres://x"])
@@ -446,6 +549,28 @@ mod tests {
             serve(&["--bind", "0.0.0.0:3000"]).validate_with(None),
             Ok(())
         );
+    }
+
+    #[test]
+    fn the_fixture_needs_a_loopback_bind_unless_told_otherwise() {
+        let fixture = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["idemkey-server", "fixture"], args].concat()).unwrap();
+            let Command::Fixture(args) = cli.command else {
+                panic!("fixture")
+            };
+            args
+        };
+        assert_eq!(fixture(&[]).validate(), Ok(()));
+        for bind in ["0.0.0.0:3001", "[::]:3001", "192.0.2.1:3001"] {
+            let err = fixture(&["--bind", bind]).validate().unwrap_err();
+            assert!(err.contains("--allow-non-loopback"), "{bind}: {err}");
+            assert_eq!(
+                fixture(&["--bind", bind, "--allow-non-loopback"]).validate(),
+                Ok(()),
+                "{bind}"
+            );
+        }
+        assert_eq!(fixture(&["--bind", "[::1]:0"]).validate(), Ok(()));
     }
 
     #[test]

@@ -103,6 +103,7 @@ pub fn layer(db: Db, args: &FixtureArgs) -> IdempotencyLayer {
 
 /// Runs the fixture until SIGTERM or SIGINT.
 pub async fn run(args: FixtureArgs) -> Result<(), String> {
+    args.validate()?;
     let temp_file = args.database_url.is_none().then(|| {
         std::env::temp_dir().join(format!(
             "idemkey-fixture-{}-{}.db",

@@ -55,6 +55,7 @@ pub mod metrics;
 pub mod operator;
 pub mod outbox;
 pub mod payments;
+pub mod probe_cache;
 pub mod problems;
 pub mod replay_cache;
 pub mod request_id;
@@ -132,6 +133,7 @@ struct Inner {
     catalogue: catalogue::Catalogue,
     outbox_metrics: Arc<outbox::OutboxMetrics>,
     outbox_wake: Arc<tokio::sync::Notify>,
+    probes: probe_cache::Probes,
 }
 
 impl AppState {
@@ -148,6 +150,7 @@ impl AppState {
                 catalogue: catalogue::Catalogue::default(),
                 outbox_metrics: Arc::default(),
                 outbox_wake: Arc::default(),
+                probes: probe_cache::Probes::default(),
                 lose_next_response: AtomicBool::new(false),
                 metrics,
                 token_usage: Arc::default(),
@@ -184,6 +187,12 @@ impl AppState {
     /// Notified when a new order commits, to wake this process's workers.
     pub fn outbox_wake(&self) -> &Arc<tokio::sync::Notify> {
         &self.inner.outbox_wake
+    }
+
+    /// What `/readyz` and `/metrics` last read from the database (see
+    /// [`probe_cache`]).
+    pub fn probes(&self) -> &probe_cache::Probes {
+        &self.inner.probes
     }
 
     /// The catalogue's prices.

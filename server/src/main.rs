@@ -147,7 +147,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
             auth_ttl: args.auth_cache_ttl,
         },
     };
-    let state = AppState::new(store.clone(), settings.clone());
+    let state = AppState::new(store.clone(), settings);
     // Read once before the first order, so that a burst of them does not
     // each ask for it.
     state
@@ -159,7 +159,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
     let stop_rx_workers = stop_rx.clone();
     let trimmer = tokio::spawn(maintenance::run(
         store.clone(),
-        settings,
+        args.tombstone_ttl,
         args.trim_interval,
         args.trim_batch,
         stop_rx.clone(),

@@ -11,22 +11,24 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::Settings;
 use crate::db::{Db, StoreError};
 use crate::idempotency::{Records as _, TrimReport};
 
 /// One round: trims and deletes in batches until a batch comes back short
 /// on both counts, so the backlog cannot outgrow the task however fast keys
 /// arrive; stops early (between batches) when `stop` turns true.
+/// `retention` is how long a key is remembered after its creation (the
+/// order service's `--tombstone-ttl`), and an abandoned claim after its
+/// lease.
 pub async fn trim_round(
     db: &Db,
-    settings: &Settings,
+    retention: Duration,
     batch: u32,
     stop: Option<&watch::Receiver<bool>>,
 ) -> Result<TrimReport, StoreError> {
     let mut total = TrimReport::default();
     loop {
-        let report = db.trim(settings.tombstone_ttl, batch).await?;
+        let report = db.trim(retention, batch).await?;
         total.trimmed += report.trimmed;
         total.deleted += report.deleted;
         let full = report.trimmed >= u64::from(batch) || report.deleted >= u64::from(batch);
@@ -38,10 +40,12 @@ pub async fn trim_round(
     }
 }
 
-/// Runs [`trim_round`] every `interval` until `stop` turns true.
+/// Runs [`trim_round`] every `interval` until `stop` turns true or its
+/// sender is dropped (the order service at shutdown; the idempotency
+/// layer when its last service is dropped).
 pub async fn run(
     db: Db,
-    settings: Settings,
+    retention: Duration,
     interval: Duration,
     batch: u32,
     mut stop: watch::Receiver<bool>,
@@ -56,7 +60,7 @@ pub async fn run(
         if *stop.borrow() {
             break;
         }
-        match trim_round(&db, &settings, batch, Some(&stop)).await {
+        match trim_round(&db, retention, batch, Some(&stop)).await {
             Ok(r) if r.trimmed > 0 || r.deleted > 0 => {
                 info!(
                     trimmed = r.trimmed,

@@ -13,7 +13,9 @@
 //! - `idemkey_replay_cache_*`: hits, misses and size of the replay cache;
 //! - `idemkey_sqlite_order_batches_total`, `idemkey_sqlite_batched_orders_total`:
 //!   SQLite's group commit;
-//! - `idemkey_pool_*`: database pool gauges.
+//! - `idemkey_pool_*`: database pool gauges;
+//! - `idemkey_probe_queries_total{probe}`: database queries that `/readyz`
+//!   and this page's outbox figures caused ([`crate::probe_cache`]).
 //!
 //! Front ends count their own outcomes: the order route tags its response
 //! with an [`OutcomeLabel`] that [`record`] reads; the layer and
@@ -262,17 +264,40 @@ pub async fn show(State(state): State<AppState>) -> Response {
     if let Some(cache) = state.replay_cache() {
         render_replay_cache(&mut text, cache.stats());
     }
-    // The outbox's figures come from the database; a scrape never waits
-    // long for them (a busy store leaves them out of this scrape).
+    // The outbox's figures come from the database, asked by one scrape at
+    // a time and reused for a second (crate::probe_cache); a scrape never
+    // waits long for them (a busy store leaves them out).
+    let probes = state.probes();
     let stats = if state.db().lease_only() {
         None
     } else {
-        tokio::time::timeout(OUTBOX_STATS_WAIT, state.db().outbox_stats())
+        probes
+            .outbox
+            .get(|| async {
+                tokio::time::timeout(OUTBOX_STATS_WAIT, state.db().outbox_stats())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            })
             .await
-            .ok()
-            .and_then(Result::ok)
     };
     state.outbox_metrics().render(&mut text, stats);
+    let name = "idemkey_probe_queries_total";
+    let _ = writeln!(
+        text,
+        "# HELP {name} Database queries that /readyz and /metrics caused, by figure (at most one per second each)."
+    );
+    let _ = writeln!(text, "# TYPE {name} counter");
+    let _ = writeln!(
+        text,
+        "{name}{{probe=\"readyz\"}} {}",
+        probes.ready.queries()
+    );
+    let _ = writeln!(
+        text,
+        "{name}{{probe=\"outbox\"}} {}",
+        probes.outbox.queries()
+    );
     if let Some((batches, orders)) = state.db().order_batches() {
         for (name, help, value) in [
             (

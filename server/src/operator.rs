@@ -54,10 +54,17 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `GET /readyz`: 200 when the database answers within [`READY_TIMEOUT`]
 /// (on SQLite: grants the write lock) and every migration this build knows
-/// is applied; 503 `service-unavailable` otherwise.
+/// is applied; 503 `service-unavailable` otherwise. The answer is the
+/// database's of at most [`PROBE_FRESH_FOR`](crate::probe_cache::PROBE_FRESH_FOR)
+/// ago, asked by one probe at a time ([`crate::probe_cache`]).
 async fn readyz(State(state): State<AppState>) -> Response {
     let store = state.db();
-    let reason = match store.ready(READY_TIMEOUT).await {
+    let answer = state
+        .probes()
+        .ready
+        .get(|| async { store.ready(READY_TIMEOUT).await.map_err(|e| e.to_string()) })
+        .await;
+    let reason = match answer {
         Ok(pending) if pending.is_empty() => {
             return json(
                 StatusCode::OK,
@@ -65,7 +72,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
             );
         }
         Ok(pending) => format!("migrations not applied: {pending:?}"),
-        Err(err) => err.to_string(),
+        Err(err) => err,
     };
     warn!(%reason, "not ready");
     problem_response(

@@ -28,6 +28,7 @@ use idemkey_core::{Stored, UnixMillis};
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
+use crate::config::MAX_WAIT;
 use crate::db::{AccountId, TokenHash};
 use crate::idempotency::{Read, Record, RecordKey};
 
@@ -42,7 +43,9 @@ pub struct ReplayCacheSettings {
     pub bytes: u64,
     /// How long a token's account is trusted without asking the database:
     /// the longest a revoked token can still replay from the cache. Zero
-    /// turns the cache off.
+    /// turns the cache off; more than [`MAX_WAIT`] counts as [`MAX_WAIT`]
+    /// (the command line refuses it), so a trust deadline can never
+    /// overflow the clock.
     pub auth_ttl: Duration,
 }
 
@@ -133,7 +136,7 @@ impl ReplayCache {
         Some(Self {
             records: Cache::with_weighter(estimated, settings.bytes, EntryWeight),
             tokens: Cache::new(estimated.min(100_000)),
-            auth_ttl: settings.auth_ttl,
+            auth_ttl: settings.auth_ttl.min(MAX_WAIT),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         })
@@ -401,6 +404,25 @@ mod tests {
             long_ago,
         );
         assert_eq!(cache.account(token), None);
+    }
+
+    #[test]
+    fn a_huge_auth_ttl_is_an_hour_not_a_panic() {
+        let cache = ReplayCache::new(ReplayCacheSettings {
+            bytes: 1 << 20,
+            auth_ttl: Duration::MAX,
+        })
+        .expect("enabled");
+        let (token, account) = (TokenHash([6; 32]), AccountId(Uuid::nil()));
+        cache.remember(
+            token,
+            account,
+            &key("e"),
+            &completed(1_000, 60_000, Some("{}")),
+            Instant::now(),
+        );
+        assert_eq!(cache.account(token), Some(account));
+        assert_eq!(cache.auth_ttl, MAX_WAIT);
     }
 
     #[test]

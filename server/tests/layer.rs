@@ -717,6 +717,99 @@ async fn outcomes_are_counted_for_the_layer(backend: Backend) {
 }
 
 /// Awaits all futures concurrently (on the current task).
+/// Keys sent per round of [`the_layer_trims_its_own_records`].
+const PER_ROUND: u64 = 20;
+
+/// Rounds of steady load.
+const ROUNDS: u64 = 8;
+
+/// Steady load: each round sends [`PER_ROUND`] new keys, then a second
+/// passes on the database's clock ([`TimeTravel`]). With a 1 s replay
+/// window and a 1 s retention, a round's records are due for deletion two
+/// rounds later, so the layer's own trim task keeps the table at most two
+/// rounds' worth; the same load through a layer that opts out of the trim
+/// keeps every record.
+async fn the_layer_trims_its_own_records(backend: Backend) {
+    let db = database(backend);
+    let store = open(&db).await;
+    let clock = TimeTravel::new(&db);
+    let trimmed = fixture_app(store.clone(), |l| {
+        l.replay_ttl(Duration::from_secs(1))
+            .retention(Duration::from_secs(1))
+            .trim_interval(Duration::from_millis(100))
+    });
+    let mut sent = 0;
+    for round in 0..ROUNDS {
+        for i in 0..PER_ROUND {
+            let reply = send(&trimmed, echo(&format!("t-{round}-{i}"), "{}")).await;
+            assert_eq!(reply.status, 201, "{}", reply.text());
+            sent += 1;
+        }
+        clock.advance(Duration::from_secs(1)).await;
+        eventually("the trim keeps at most two rounds", async || {
+            common::count_records(&db.url).await <= (2 * PER_ROUND) as i64
+        })
+        .await;
+    }
+    assert_eq!(sent, ROUNDS * PER_ROUND);
+    // An abandoned claim goes too, once the retention is over after its
+    // lease.
+    let (hanging, runs) = hanging_app(store.clone(), |l| {
+        l.lease(Duration::from_secs(1))
+            .retention(Duration::from_secs(1))
+            .trim_interval(Duration::from_millis(100))
+    });
+    abandon_a_claim(&hanging, &runs, "abandoned").await;
+    assert_eq!(count_in_flight(&db.url).await, 1);
+    clock.advance(Duration::from_secs(3)).await;
+    eventually("the abandoned claim is deleted", async || {
+        count_in_flight(&db.url).await == 0
+    })
+    .await;
+
+    // The control: no trim task, every record stays.
+    let other = database(backend);
+    let untrimmed = fixture_app(open(&other).await, |l| {
+        l.replay_ttl(Duration::from_secs(1))
+            .retention(Duration::from_secs(1))
+            .trim_interval(Duration::from_millis(100))
+            .without_trim()
+    });
+    let other_clock = TimeTravel::new(&other);
+    for round in 0..3 {
+        for i in 0..PER_ROUND {
+            let reply = send(&untrimmed, echo(&format!("u-{round}-{i}"), "{}")).await;
+            assert_eq!(reply.status, 201, "{}", reply.text());
+        }
+        other_clock.advance(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        common::count_records(&other.url).await,
+        (3 * PER_ROUND) as i64,
+        "without the trim nothing goes"
+    );
+}
+
+/// The fixture has no authentication: it refuses a non-loopback bind
+/// unless told otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fixture_refuses_a_non_loopback_bind() {
+    let err = common::refused_at_start(&["fixture", "--bind", "0.0.0.0:0"], &[]);
+    assert!(err.contains("--allow-non-loopback"), "{err}");
+    assert!(err.contains("0.0.0.0:0"), "{err}");
+}
+
+mod trim {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        super::the_layer_trims_its_own_records(super::Backend::Sqlite).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        super::the_layer_trims_its_own_records(super::Backend::Postgres).await;
+    }
+}
+
 async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
     let results: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();

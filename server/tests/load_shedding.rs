@@ -7,6 +7,7 @@
 //! creates the order once. Every wait is a poll for a state, bounded only
 //! as a guard against hanging.
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
@@ -223,6 +224,111 @@ async fn postgres_pool_exhausted_gets_503_within_the_wait() {
     assert_eq!(env.counts(), (2, 2));
     assert_eq!(server.get(&token, "/readyz").await.status, 200);
 }
+
+/// `idemkey_probe_queries_total`, both figures: the database queries that
+/// `/readyz` and `/metrics` caused so far.
+async fn probe_queries(server: &Server) -> f64 {
+    metric(server, "idemkey_probe_queries_total{probe=\"readyz\"}").await
+        + metric(server, "idemkey_probe_queries_total{probe=\"outbox\"}").await
+}
+
+/// Probe loops that hammer the server while orders are sent.
+const PROBE_LOOPS: usize = 300;
+
+/// Probes cannot starve orders: [`PROBE_LOOPS`] concurrent loops of
+/// `/readyz` and `/metrics` (exempt from `--max-in-flight`) against a
+/// two-connection pool; every order sent meanwhile is created (none waits
+/// out `--pool-wait` for a 503), and the probes caused at most one query
+/// per figure per second, however many they were.
+async fn probes_cannot_starve_orders(backend: Backend) {
+    let env = Env::new(backend);
+    let token = env.account("shop");
+    let server = Arc::new(env.serve(&[
+        "--pool-size",
+        "2",
+        "--sqlite-readers",
+        "1",
+        "--pool-wait",
+        "1s",
+    ]));
+    let before = probe_queries(&server).await;
+    let started = std::time::Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let probes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Keep-alive connections of their own: the probes' load is requests,
+    // not connection set-up.
+    let client = reqwest::Client::new();
+    let loops: Vec<_> = (0..PROBE_LOOPS)
+        .map(|i| {
+            let (client, stop, probes) = (client.clone(), Arc::clone(&stop), Arc::clone(&probes));
+            let url = format!(
+                "{}{}",
+                server.base,
+                if i % 2 == 0 { "/readyz" } else { "/metrics" }
+            );
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    // Their answers are not the question here (a busy
+                    // writer may make /readyz 503); that they keep coming
+                    // is.
+                    let response = client.get(&url).send().await.expect("probe");
+                    let _ = response.bytes().await;
+                    probes.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    eventually("every probe loop is running", async || {
+        probes.load(Ordering::SeqCst) >= PROBE_LOOPS as u64
+    })
+    .await;
+
+    // Orders from 4 clients at once while the probes go on.
+    let orders: Vec<_> = (0..4)
+        .map(|_| {
+            let (server, token) = (Arc::clone(&server), token.clone());
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                for _ in 0..10 {
+                    let reply = server.post_order(&token, &new_key(), BODY).await;
+                    statuses.push((reply.status, reply.body));
+                }
+                statuses
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for order in orders {
+        answers.extend(order.await.expect("an order client"));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for probe in loops {
+        probe.await.expect("a probe loop");
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let sent = probes.load(Ordering::SeqCst);
+
+    let refused: Vec<_> = answers
+        .iter()
+        .filter(|(status, _)| *status != 201)
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "orders refused while probes ran: {refused:?}"
+    );
+    assert_eq!(env.count("orders"), 40);
+    let caused = probe_queries(&server).await - before;
+    // One query per figure per second, plus the one each may have begun
+    // before the start and the one at the end.
+    let bound = 2.0 * (elapsed.ceil() + 2.0);
+    assert!(
+        caused <= bound,
+        "{sent} probes in {elapsed:.1} s caused {caused} queries (at most {bound})"
+    );
+    assert!(sent > caused as u64, "{sent} probes, {caused} queries");
+}
+
+on_each_backend!(probes_cannot_starve_orders);
 
 /// What became of one raw HTTP/1.1 exchange.
 #[derive(Debug, PartialEq, Eq)]

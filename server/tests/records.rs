@@ -192,11 +192,15 @@ async fn trim_shrinks_records_to_tombstones_then_to_nothing(backend: Backend) {
     let count = |sql: &str| env.sql(sql).parse::<u64>().expect("a count");
 
     // Inside the window nothing is due.
-    let report = trim_round(&db, &settings, 5, None).await.expect("trim");
+    let report = trim_round(&db, settings.tombstone_ttl, 5, None)
+        .await
+        .expect("trim");
     assert_eq!((report.trimmed, report.deleted), (0, 0));
 
     age_records(&env.url, Duration::from_secs(2 * 3600)).await;
-    let report = trim_round(&db, &settings, 5, None).await.expect("trim");
+    let report = trim_round(&db, settings.tombstone_ttl, 5, None)
+        .await
+        .expect("trim");
     assert_eq!((report.trimmed, report.deleted), (n, 0));
     assert_eq!(
         count(
@@ -207,7 +211,9 @@ async fn trim_shrinks_records_to_tombstones_then_to_nothing(backend: Backend) {
     assert_eq!(count("SELECT count(*) FROM idempotency_records"), n + 1);
 
     age_records(&env.url, settings.tombstone_ttl).await;
-    let report = trim_round(&db, &settings, 5, None).await.expect("trim");
+    let report = trim_round(&db, settings.tombstone_ttl, 5, None)
+        .await
+        .expect("trim");
     assert_eq!(report.deleted, n + 1, "tombstones and the abandoned claim");
     assert_eq!(count("SELECT count(*) FROM idempotency_records"), 0);
 }

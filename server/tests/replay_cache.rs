@@ -177,6 +177,67 @@ async fn a_revoked_token_stops_replaying_within_the_ttl(backend: Backend) {
     assert_eq!(env.counts(), (1, 1));
 }
 
+/// A warm cache keeps accounts apart: Alice's key and body, sent by Bob
+/// with his own token (itself warm in the cache), create Bob's own order,
+/// never a replay of Alice's, while Alice's copy keeps answering her.
+async fn a_warm_cache_keeps_accounts_apart(backend: Backend) {
+    let env = Env::new(backend);
+    let alice = env.account("alice");
+    let bob = env.account("bob");
+    let server = env.serve(&[]);
+    let key = new_key();
+    let hers = server.post_order(&alice, &key, BODY).await;
+    assert_eq!(hers.status, 201, "{}", hers.body);
+    // Alice's entry is in the cache (the first replay fills it, the second
+    // is a hit), and so is Bob's token (his replay of another key).
+    for _ in 0..2 {
+        let replay = server.post_order(&alice, &key, BODY).await;
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    }
+    let other = new_key();
+    assert_eq!(server.post_order(&bob, &other, BODY).await.status, 201);
+    assert_eq!(server.post_order(&bob, &other, BODY).await.status, 201);
+    let hits = cache_count(&server, "hit").await;
+    assert_eq!(hits, 1, "Alice's copy answered once");
+
+    let his = server.post_order(&bob, &key, BODY).await;
+    assert_eq!(his.status, 201, "{}", his.body);
+    assert_eq!(his.header("idempotent-replayed"), None, "not a replay");
+    assert_ne!(his.json()["id"], hers.json()["id"], "Bob's own order");
+    assert_eq!(
+        cache_count(&server, "hit").await,
+        hits,
+        "no copy answered Bob"
+    );
+    let again = server.post_order(&bob, &key, BODY).await;
+    assert_eq!(again.json()["id"], his.json()["id"], "Bob's replay is his");
+    let hers_again = server.post_order(&alice, &key, BODY).await;
+    assert_eq!(hers_again.json()["id"], hers.json()["id"]);
+    assert_eq!(env.count("orders"), 3);
+}
+
+/// A duration option past its upper bound stops the server at start with
+/// the option and the bound in the message. A huge `--auth-cache-ttl` used
+/// to be accepted, and every replay that the cache remembered then
+/// panicked adding it to the clock.
+async fn a_huge_auth_cache_ttl_is_refused_at_start(backend: Backend) {
+    let env = Env::new(backend);
+    let err = common::refused_at_start(
+        &[
+            "serve",
+            "--database-url",
+            &env.url,
+            "--bind",
+            "127.0.0.1:0",
+            "--auth-cache-ttl",
+            "200000000000000d",
+        ],
+        &[],
+    );
+    assert!(err.contains("--auth-cache-ttl"), "{err}");
+    assert!(err.contains("upper bound of 1h"), "{err}");
+}
+
 /// `--replay-cache-mib 0`: no cache, no cache metrics, replays as before.
 async fn the_cache_can_be_turned_off(backend: Backend) {
     let env = Env::new(backend);
@@ -198,4 +259,6 @@ on_each_backend!(
     no_copy_answers_after_the_window,
     a_revoked_token_stops_replaying_within_the_ttl,
     the_cache_can_be_turned_off,
+    a_warm_cache_keeps_accounts_apart,
+    a_huge_auth_cache_ttl_is_refused_at_start,
 );

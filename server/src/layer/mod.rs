@@ -53,6 +53,21 @@
 //! handler future is dropped and the claim stays until its lease ends, for
 //! the same reason: nobody knows how far the handler got.
 //!
+//! # Trim
+//! Records do not stay for ever: from its first guarded request on, the
+//! layer runs the order service's maintenance ([`crate::maintenance`]) in
+//! the background every [`DEFAULT_TRIM_INTERVAL`]: completed records past
+//! their replay window lose their stored response (a tombstone keeps the
+//! fingerprint, so 422 and 410 still answer), and tombstones and abandoned
+//! claims are deleted once [`IdempotencyLayer::retention`] has passed
+//! since their creation or their lease, by the database's clock. The task
+//! stops when the last service the layer built is dropped. The records
+//! table is shared by every front end on one database and the trim applies
+//! to all of it: where an order service (or another layer) trims the same
+//! database, give them the same retention or turn this one off with
+//! [`IdempotencyLayer::without_trim`]. Redis expires its records itself
+//! (`--redis-retention`), so no task runs there.
+//!
 //! # Responses over the storage cap
 //! A response body larger than [`IdempotencyLayer::max_stored_response`] is
 //! passed through to the first client in full (streamed, never truncated),
@@ -126,6 +141,17 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// Default replay window.
 pub const DEFAULT_REPLAY_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// Default of [`IdempotencyLayer::retention`]: how long a key is
+/// remembered after its creation, as the order service's `--tombstone-ttl`.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Default of [`IdempotencyLayer::trim_interval`], as the order service's
+/// `--trim-interval`.
+pub const DEFAULT_TRIM_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Rows per trim batch, as the order service's `--trim-batch` default.
+pub const TRIM_BATCH: u32 = 500;
+
 /// Default largest request body read (1 MiB).
 pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
 
@@ -194,6 +220,9 @@ pub(crate) struct Config {
     pub(crate) scope: Arc<ScopeFn>,
     pub(crate) fingerprint: Arc<FingerprintFn>,
     pub(crate) metrics: Option<Arc<Metrics>>,
+    pub(crate) retention: Duration,
+    /// `None`: no trim task.
+    pub(crate) trim_interval: Option<Duration>,
 }
 
 impl std::fmt::Debug for Config {
@@ -207,6 +236,8 @@ impl std::fmt::Debug for Config {
             .field("body_read_timeout", &self.body_read_timeout)
             .field("max_stored_response", &self.max_stored_response)
             .field("replay_headers", &self.replay_headers)
+            .field("retention", &self.retention)
+            .field("trim_interval", &self.trim_interval)
             .finish_non_exhaustive()
     }
 }
@@ -220,6 +251,42 @@ impl std::fmt::Debug for Config {
 pub struct IdempotencyLayer {
     db: Db,
     config: Arc<Config>,
+    trimmer: Arc<Trimmer>,
+}
+
+/// The layer's trim task, started by the first guarded request (a runtime
+/// is running then) and stopped when the last service holding this is
+/// dropped: the task ends when its stop channel's sender goes.
+#[derive(Debug, Default)]
+pub(crate) struct Trimmer {
+    stop: std::sync::OnceLock<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Trimmer {
+    /// Starts the task unless it runs, the settings turn it off, the store
+    /// expires records itself (Redis) or no runtime is running.
+    pub(crate) fn start(&self, db: &Db, config: &Config) {
+        let Some(interval) = config.trim_interval else {
+            return;
+        };
+        if db.lease_only() || self.stop.get().is_some() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.stop.get_or_init(|| {
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            runtime.spawn(crate::maintenance::run(
+                db.clone(),
+                config.retention,
+                interval,
+                TRIM_BATCH,
+                stopped,
+            ));
+            stop
+        });
+    }
 }
 
 impl IdempotencyLayer {
@@ -235,8 +302,10 @@ impl IdempotencyLayer {
     /// [`DEFAULT_REPLAY_TTL`] replay window, the `reject` expiry policy, a
     /// one-second `Retry-After` on 409, no waiting for in-flight requests,
     /// [`DEFAULT_MAX_REQUEST_BODY`] and [`DEFAULT_MAX_STORED_RESPONSE`], the
-    /// core's replayed headers ([`DEFAULT_REPLAY_HEADERS`]) and
-    /// [`default_fingerprint`].
+    /// core's replayed headers ([`DEFAULT_REPLAY_HEADERS`]),
+    /// [`default_fingerprint`], and a trim every [`DEFAULT_TRIM_INTERVAL`]
+    /// with a [`DEFAULT_RETENTION`] retention (see "Trim" in the
+    /// [module documentation](self)).
     pub fn new(db: Db, scope: impl Fn(&Parts) -> Option<String> + Send + Sync + 'static) -> Self {
         let policy = Policy::new(Mode::Lease, DEFAULT_LEASE, DEFAULT_REPLAY_TTL);
         Self {
@@ -261,12 +330,18 @@ impl IdempotencyLayer {
                     Ok(default_fingerprint(op, parts, body))
                 }),
                 metrics: None,
+                retention: DEFAULT_RETENTION,
+                trim_interval: Some(DEFAULT_TRIM_INTERVAL),
             }),
+            trimmer: Arc::default(),
         }
     }
 
     fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
         f(Arc::make_mut(&mut self.config));
+        // A layer adjusted from a clone is another layer, with its own
+        // task for its own settings.
+        self.trimmer = Arc::default();
         self
     }
 
@@ -368,6 +443,29 @@ impl IdempotencyLayer {
         self.with(|c| c.fingerprint = Arc::new(f))
     }
 
+    /// How long a key is remembered after its creation (as a tombstone once
+    /// its replay window is over, so that 422 and 410 still answer) and an
+    /// abandoned claim after its lease, before the trim deletes it (default
+    /// [`DEFAULT_RETENTION`]; keep it longer than the replay window).
+    #[must_use]
+    pub fn retention(self, retention: Duration) -> Self {
+        self.with(|c| c.retention = retention)
+    }
+
+    /// How often the trim task runs (default [`DEFAULT_TRIM_INTERVAL`]).
+    #[must_use]
+    pub fn trim_interval(self, interval: Duration) -> Self {
+        self.with(|c| c.trim_interval = Some(interval))
+    }
+
+    /// No trim task: another process trims the records table (e.g. the
+    /// order service on the same database), or the application runs
+    /// [`crate::maintenance`] itself.
+    #[must_use]
+    pub fn without_trim(self) -> Self {
+        self.with(|c| c.trim_interval = None)
+    }
+
     /// Counts every guarded request's outcome into `metrics`.
     #[must_use]
     pub fn metrics(self, metrics: Arc<Metrics>) -> Self {
@@ -384,6 +482,11 @@ impl<S> Layer<S> for IdempotencyLayer {
     type Service = IdempotencyService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        IdempotencyService::new(inner, self.db.clone(), Arc::clone(&self.config))
+        IdempotencyService::new(
+            inner,
+            self.db.clone(),
+            Arc::clone(&self.config),
+            Arc::clone(&self.trimmer),
+        )
     }
 }

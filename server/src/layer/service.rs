@@ -14,8 +14,8 @@ use idemkey_core::{IdempotencyKey, KEY_HEADER, Problem, ProblemCode, check_body_
 use tower::Service;
 use tracing::{info, warn};
 
-use super::Config;
 use super::body::{Capped, read_capped};
+use super::{Config, Trimmer};
 use crate::db::Db;
 use crate::idempotency::{self, Done, Outcome, RecordKey, Scope, StoredResponse};
 use crate::metrics::FrontEnd;
@@ -27,11 +27,17 @@ pub struct IdempotencyService<S> {
     inner: S,
     db: Db,
     config: Arc<Config>,
+    trimmer: Arc<Trimmer>,
 }
 
 impl<S> IdempotencyService<S> {
-    pub(crate) fn new(inner: S, db: Db, config: Arc<Config>) -> Self {
-        Self { inner, db, config }
+    pub(crate) fn new(inner: S, db: Db, config: Arc<Config>, trimmer: Arc<Trimmer>) -> Self {
+        Self {
+            inner,
+            db,
+            config,
+            trimmer,
+        }
     }
 }
 
@@ -53,6 +59,7 @@ where
         if !self.config.methods.contains(request.method()) {
             return Box::pin(self.inner.call(request));
         }
+        self.trimmer.start(&self.db, &self.config);
         // The readied service goes with this request; a clone stays behind
         // for the next one (tower's usual hand-over).
         let clone = self.inner.clone();
