@@ -68,10 +68,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod clock;
 mod pgbouncer;
 mod redis;
 mod tls;
 
+pub use clock::{SKEW_TOLERANCE_SECS, check_clock_skew, clock_offset_secs, faketime_offset_secs};
 pub use pgbouncer::{PGBOUNCER, PgBouncer, PgBouncerOptions};
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
 pub use tls::{PgTls, SERVER_NAME};
