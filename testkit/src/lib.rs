@@ -69,11 +69,13 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod clock;
+mod figures;
 mod pgbouncer;
 mod redis;
 mod tls;
 
 pub use clock::{SKEW_TOLERANCE_SECS, check_clock_skew, clock_offset_secs, faketime_offset_secs};
+pub use figures::{FIGURES_VAR, publish_figures};
 pub use pgbouncer::{PGBOUNCER, PgBouncer, PgBouncerOptions};
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
 pub use tls::{PgTls, SERVER_NAME};
