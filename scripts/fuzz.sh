@@ -9,6 +9,11 @@ target=${1:?usage: scripts/fuzz.sh parse_key|order_request [SECONDS]}
 seconds=${2:-600}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${IDEMKEY_CACHE:-$HOME/.cache/idemkey}
+# A target the project does not have fails here, before anything runs.
+if ! grep -qxF "$target" <<<"$("$root/scripts/fuzz-targets.sh")"; then
+    echo "fuzz.sh: no fuzz target named $target" >&2
+    exit 1
+fi
 export CARGO_TARGET_DIR="$cache/fuzz-target"
 corpus="$cache/fuzz-corpus/$target"
 artifacts="$cache/fuzz-artifacts/$target"
@@ -34,5 +39,7 @@ cargo +nightly fuzz run -O "$target" "$corpus" "$root/fuzz/seeds/$target" -- \
 shopt -s nullglob
 crashers=("$artifacts"/crash-* "$artifacts"/oom-* "$artifacts"/timeout-*)
 for f in "${crashers[@]}"; do cp "$f" "$root/fuzz/regressions/$target/"; done
-echo "fuzz $target: ${seconds}s, crashers kept: ${#crashers[@]} (log: $cache/fuzz-$target.log)"
-[ "${#crashers[@]}" -eq 0 ]
+runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$cache/fuzz-$target.log" | tail -n 1)
+echo "fuzz $target: ${seconds}s, ${runs:-0} executions, exit $status, crashers kept: ${#crashers[@]} (log: $cache/fuzz-$target.log)"
+# A run that never started (no executions) is a failure, not a clean run.
+[[ $status -eq 0 && ${runs:-0} -gt 0 && ${#crashers[@]} -eq 0 ]]

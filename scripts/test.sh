@@ -4,15 +4,22 @@
 # Installs what is missing (and nothing else), then runs, stopping at the
 # first failure: rustfmt, clippy, the tests (nextest, plus doctests), rustdoc
 # with warnings denied, the no-host-imports check of the core built for
-# wasm32, the fuzz build, and every executable scripts/test.d/*.sh in name
-# order. The last line says whether everything passed and how long it took.
+# wasm32, the fuzz build, and every scripts/test.d/*.sh in name order. Nothing
+# is skipped: a hook that lost its executable bit, a test filter that matches
+# no test and a fuzz project without targets each fail the run. The summary
+# ends with the figures tests published (see IDEMKEY_FIGURES) and a last line
+# saying whether everything passed and how long it took.
 #
 # Builds go to a target directory outside the clone, shared by clones:
 #   CARGO_TARGET_DIR  (default ~/.cache/idemkey/target)
 #   IDEMKEY_CACHE     (default ~/.cache/idemkey; the wasm probe and the fuzz
 #                      build use subdirectories of it)
 # Hooks in scripts/test.d/ get this environment plus IDEMKEY_ROOT (the
-# repository root).
+# repository root). Tests and hooks append one-line figures to the file
+# named by IDEMKEY_FIGURES (a fresh file per run), which the summary prints.
+#
+# Sourced (`source scripts/test.sh`), it only defines its functions: the
+# hook scripts/test.d/05-test-sh.sh checks them that way.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -36,6 +43,15 @@ finish() {
     for line in "${SUMMARY[@]}"; do
         echo "  $line"
     done
+    if [[ -s ${IDEMKEY_FIGURES:-} ]]; then
+        echo "  figures:"
+        while IFS= read -r line; do
+            echo "    $line"
+        done <"$IDEMKEY_FIGURES"
+    fi
+    if [[ -n ${IDEMKEY_FIGURES:-} ]]; then
+        rm -f "$IDEMKEY_FIGURES"
+    fi
     if [[ $rc -eq 0 ]]; then
         echo "test.sh: PASSED, ${#SUMMARY[@]} steps in ${total}s"
     else
@@ -43,9 +59,10 @@ finish() {
         echo "test.sh: FAILED at '$CURRENT' after ${total}s"
     fi
 }
-trap finish EXIT
 
 # step NAME COMMAND...: runs one step under a header and records its time.
+# Never call it in a condition (`if`, `||`, `&&`): bash turns `set -e` off
+# inside those, and a failing command inside the step would go unnoticed.
 step() {
     CURRENT=$1
     shift
@@ -54,14 +71,6 @@ step() {
     echo "==== $CURRENT ===="
     "$@"
     SUMMARY+=("$CURRENT: ok ($((SECONDS - t0))s)")
-}
-
-# skip NAME REASON: records a step that does not apply.
-skip() {
-    echo
-    echo "==== $1 ===="
-    echo "skipped: $2"
-    SUMMARY+=("$1: skipped ($2)")
 }
 
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -174,6 +183,9 @@ check_fmt() {
 # The fault suite and the server's own tests inject faults, which only a
 # build with this feature contains; release builds never do.
 TEST_FEATURES=(--features idemkey-server/test-faults)
+# A filter (-E) that matches no test fails the run: a renamed package or
+# test must not turn a step into one that runs nothing.
+NEXTEST_ARGS=(--workspace "${TEST_FEATURES[@]}" --no-fail-fast --no-tests=fail)
 
 clippy_both() {
     # The code as tests build it, and the server as it ships (no faults).
@@ -184,13 +196,11 @@ clippy_both() {
 run_tests() {
     local rc=0
     if cargo nextest --version >/dev/null 2>&1; then
-        cargo nextest run --workspace "${TEST_FEATURES[@]}" --no-fail-fast --no-tests=warn \
-            -E 'not package(idemkey-chaos)' || rc=$?
+        cargo nextest run "${NEXTEST_ARGS[@]}" -E 'not package(idemkey-chaos)' || rc=$?
         # The fault suite on its own: its scenarios time real processes
         # (a 20 s answer is a hang), and the rest of the suite on the same
         # cores is load they were not written for.
-        cargo nextest run --workspace "${TEST_FEATURES[@]}" --no-fail-fast --no-tests=warn \
-            -E 'package(idemkey-chaos)' || rc=$?
+        cargo nextest run "${NEXTEST_ARGS[@]}" -E 'package(idemkey-chaos)' || rc=$?
     else
         cargo test --workspace "${TEST_FEATURES[@]}" --no-fail-fast --lib --bins --tests || rc=$?
     fi
@@ -222,32 +232,54 @@ check_wasm() {
 # ---- (g) fuzz targets ------------------------------------------------------
 
 build_fuzz() {
+    # No fuzz project, or one without targets, fails here rather than
+    # building (and later running) nothing.
+    scripts/fuzz-targets.sh
     # Same flags and target directory as scripts/fuzz.sh, which reuses it.
     (cd fuzz && CARGO_TARGET_DIR="$IDEMKEY_CACHE/fuzz-target" cargo +nightly fuzz build -O)
 }
 
-# ---- run -------------------------------------------------------------------
-
-step "tools" install_tools
-step "rustfmt" check_fmt
-step "clippy" clippy_both
-step "tests" run_tests
-step "rustdoc" build_docs
-step "wasm32 core has no imports" check_wasm
-if [[ -d fuzz ]]; then
-    step "fuzz build" build_fuzz
-else
-    skip "fuzz build" "no fuzz/ directory"
-fi
-
 # ---- (h) hooks from later issues -------------------------------------------
 
-shopt -s nullglob
-for hook in scripts/test.d/*.sh; do
-    if [[ -x $hook ]]; then
-        step "hook $(basename "$hook")" "$hook"
-    else
-        skip "hook $(basename "$hook")" "not executable"
-    fi
-done
-shopt -u nullglob
+# run_hooks DIR: every DIR/*.sh in name order, each its own step. A hook
+# that is not executable (a mode bit lost in a copy or a patch) fails the
+# run: skipping it would pass without running its tests.
+run_hooks() {
+    local hook hooks
+    shopt -s nullglob
+    hooks=("$1"/*.sh)
+    shopt -u nullglob
+    for hook in "${hooks[@]}"; do
+        if [[ -x $hook ]]; then
+            step "hook $(basename "$hook")" "$hook"
+        else
+            step "hook $(basename "$hook")" not_executable "$hook"
+        fi
+    done
+}
+
+not_executable() {
+    echo "$1 is not executable: chmod +x it (git keeps the mode)" >&2
+    return 1
+}
+
+# ---- run -------------------------------------------------------------------
+
+main() {
+    trap finish EXIT
+    mkdir -p "$IDEMKEY_CACHE"
+    IDEMKEY_FIGURES=$(mktemp "$IDEMKEY_CACHE/figures.XXXXXX")
+    export IDEMKEY_FIGURES
+    step "tools" install_tools
+    step "rustfmt" check_fmt
+    step "clippy" clippy_both
+    step "tests" run_tests
+    step "rustdoc" build_docs
+    step "wasm32 core has no imports" check_wasm
+    step "fuzz build" build_fuzz
+    run_hooks scripts/test.d
+}
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    main "$@"
+fi

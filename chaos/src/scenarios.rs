@@ -388,9 +388,10 @@ fn clock_skew(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     let swaps = size.pick(3, 30);
     let mut rng = Rng::new(seed ^ 0x736b_6577);
     let incarnations = servers.incarnations();
+    let skewed_base = bases[1].clone();
     let (history, tally) = load_with(&rt, cfg, bases, incarnations, accounts, |flags| {
         let mut t = Tally::default();
-        t.add("clock-offset");
+        count_clock_offset(&mut t, &skewed_base, "+2h");
         for round in 0..swaps {
             if !flags.sleep(Duration::from_millis(rng.range(300, 900))) {
                 break;
@@ -398,13 +399,12 @@ fn clock_skew(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
             // The skewed server comes back with the other offset.
             let offset = if round % 2 == 0 { "-3h" } else { "+2h" };
             servers.set_env(1, skewed(offset));
-            match servers.kill9(1) {
-                Ok(true) => t.add("clock-offset"),
-                Ok(false) => {}
-                Err(err) => t.violations.push(format!("kill -9 failed: {err}")),
+            if let Err(err) = servers.kill9(1) {
+                t.violations.push(format!("kill -9 failed: {err}"));
             }
-            if let Err(err) = servers.spawn(1) {
-                t.violations.push(format!("restart failed: {err}"));
+            match servers.spawn(1) {
+                Ok(()) => count_clock_offset(&mut t, &skewed_base, offset),
+                Err(err) => t.violations.push(format!("restart failed: {err}")),
             }
         }
         // The schedule is over: the load may end, and until it does the
@@ -419,6 +419,21 @@ fn clock_skew(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     });
     let facts = rt.block_on(pg_facts(&url));
     Ok(finish(&history, facts, tally))
+}
+
+/// Counts a `clock-offset` fault only once the skewed server's own `Date`
+/// header shows `offset`; a skew that did not take effect is a violation
+/// (the run would otherwise pass without any skew).
+fn count_clock_offset(t: &mut Tally, base: &str, offset: &str) {
+    match idemkey_testkit::check_clock_skew(base, offset) {
+        Ok(secs) => {
+            t.add("clock-offset");
+            t.at(format!(
+                "the skewed server's clock is {secs:+} s off ({offset})"
+            ));
+        }
+        Err(why) => t.violations.push(why),
+    }
 }
 
 /// PostgreSQL stopped with `-m immediate` (a crash) and started again,

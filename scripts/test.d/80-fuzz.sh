@@ -17,8 +17,10 @@ seconds=${IDEMKEY_FUZZ_SECONDS:-20}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+# Fails when there is no target (a step that fuzzes nothing is no step).
+targets=$(scripts/fuzz-targets.sh)
 failed=()
-for target in $(cd fuzz && cargo +nightly fuzz list); do
+for target in $targets; do
     seeds="$root/fuzz/seeds/$target"
     [[ -d $seeds ]] || { echo "$target: no committed seed corpus at $seeds" >&2; exit 1; }
     mkdir -p "$work/$target/corpus" "$work/$target/artifacts"

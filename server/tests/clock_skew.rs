@@ -18,7 +18,15 @@ async fn a_server_with_a_skewed_clock_never_reexecutes_inside_the_window() {
     let token = env.account("shop");
     let flags = ["--expiry-policy", "reexecute", "--replay-ttl", "1h"];
     let on_time = env.serve(&flags);
+    // Started only once its own `Date` header is two hours ahead.
     let ahead = env.serve_skewed(&flags, "+2h");
+    // The check tells a skewed server from one on time.
+    let on_time_base = on_time.base.clone();
+    let check = tokio::task::spawn_blocking(move || {
+        idemkey_testkit::check_clock_skew(&on_time_base, "+2h")
+    });
+    let why = check.await.expect("join").expect_err("a server on time");
+    assert!(why.contains("did not take effect"), "{why}");
     let key = new_key();
     let first = on_time.post_order(&token, &key, BODY).await;
     assert_eq!(first.status, 201);

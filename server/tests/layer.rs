@@ -913,9 +913,12 @@ impl Fixture {
         Self::start_with(args, &[])
     }
 
-    /// A fixture whose own clock is off by `offset` (libfaketime's syntax).
+    /// A fixture whose own clock is off by `offset` (libfaketime's syntax);
+    /// fails unless its `Date` header shows the skew.
     fn start_skewed(args: &[&str], offset: &str) -> Self {
-        Self::start_with(args, &common::skewed_clock(offset))
+        let fixture = Self::start_with(args, &common::skewed_clock(offset));
+        common::assert_skewed(&fixture.base, offset);
+        fixture
     }
 
     fn start_with(args: &[&str], env: &[(&str, String)]) -> Self {

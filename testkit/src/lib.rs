@@ -68,11 +68,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod clock;
+mod figures;
 mod pgbouncer;
 mod provider_log;
 mod redis;
 mod tls;
 
+pub use clock::{SKEW_TOLERANCE_SECS, check_clock_skew, clock_offset_secs, faketime_offset_secs};
+pub use figures::{FIGURES_VAR, publish_figures};
 pub use pgbouncer::{PGBOUNCER, PgBouncer, PgBouncerOptions};
 pub use provider_log::{KeyCounts, LoggedRequest, counts_by_key, request_log_violations};
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};

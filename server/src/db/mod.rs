@@ -51,10 +51,11 @@ pub enum StoreError {
     /// The database is unreachable, timed out, or the outcome is unknown.
     #[error("store unavailable: {0}")]
     Unavailable(String),
-    /// The write reached the store, which could not confirm that it would
-    /// survive a failover (e.g. fewer Redis replicas than asked for
-    /// acknowledged it in time): a completion that must not be
-    /// acknowledged to the client, since a failover may still lose it.
+    /// The write may have reached the store, which could not confirm that
+    /// it would survive a failover (fewer Redis replicas than asked for
+    /// acknowledged it in time, or the call failed with the write in
+    /// flight): a completion that must not be acknowledged to the client,
+    /// since a failover may still lose it.
     #[error("write not confirmed: {0}")]
     Unconfirmed(String),
 }

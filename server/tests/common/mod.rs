@@ -182,9 +182,12 @@ impl Env {
     }
 
     /// Starts a server whose own clock is off by `offset` (libfaketime's
-    /// syntax, e.g. `+2h`), as on a host whose clock drifted.
+    /// syntax, e.g. `+2h`), as on a host whose clock drifted; fails unless
+    /// its `Date` header shows the skew (see [`assert_skewed`]).
     pub fn serve_skewed(&self, extra: &[&str], offset: &str) -> Server {
-        Server::start_with(&self.url, extra, false, &skewed_clock(offset))
+        let server = Server::start_with(&self.url, extra, false, &skewed_clock(offset));
+        assert_skewed(&server.base, offset);
+        server
     }
 }
 
@@ -235,6 +238,14 @@ pub fn skewed_clock(offset: &str) -> Vec<(&'static str, String)> {
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
         ("FAKETIME_NO_CACHE", "1".to_owned()),
     ]
+}
+
+/// Asserts that the process serving `base` runs with its clock off by
+/// `offset`, as its own `Date` header says: a skew test whose preload did
+/// not take would otherwise pass without any skew. Returns the measured
+/// offset in seconds.
+pub fn assert_skewed(base: &str, offset: &str) -> i64 {
+    idemkey_testkit::check_clock_skew(base, offset).unwrap_or_else(|why| panic!("{why}"))
 }
 
 /// Runs one query on an SQLite file and prints it as psql -A -t would.
@@ -331,9 +342,12 @@ impl Server {
         Self::spawn(&["provider"], args, false, &[])
     }
 
-    /// A fixture whose own clock is off by `offset` (see [`skewed_clock`]).
+    /// A fixture whose own clock is off by `offset` (see [`skewed_clock`]);
+    /// fails unless its `Date` header shows the skew.
     pub fn fixture_skewed(args: &[&str], offset: &str) -> Self {
-        Self::spawn(&["fixture"], args, false, &skewed_clock(offset))
+        let fixture = Self::spawn(&["fixture"], args, false, &skewed_clock(offset));
+        assert_skewed(&fixture.base, offset);
+        fixture
     }
 
     fn spawn(command: &[&str], extra: &[&str], faults: bool, env: &[(&str, String)]) -> Self {

@@ -29,7 +29,10 @@
 //! fails with [`StoreError::Unconfirmed`]: a claim answers 503 before the
 //! handler runs; a completion answers 503 too, never an acknowledgement a
 //! failover could take back (the client's retry replays the stored answer,
-//! or runs the handler again after the lease if a failover lost it).
+//! or runs the handler again after the lease if a failover lost it). A
+//! pipeline that fails outright (its master died with it in flight, a
+//! timeout) is unconfirmed too: the write may hold on a node a failover
+//! drops.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -250,7 +253,14 @@ impl RedisDb {
             loaded.map_err(|e| unavailable(&e))?;
             result = self.query::<(T, i64)>(&pipe).await;
         }
-        let (value, acknowledged) = result.map_err(|e| unavailable(&e))?;
+        // The pipeline failed after it may have run (a master that died
+        // with it in flight, a timeout): the write may hold on a node a
+        // failover then drops, so it is no more confirmed than a short
+        // `WAIT`. (A completion reported unavailable would still be
+        // acknowledged to the client in lease mode.)
+        let (value, acknowledged) = result.map_err(|e| {
+            StoreError::Unconfirmed(format!("redis: the write's fate is unknown: {e}"))
+        })?;
         if acknowledged < i64::from(wanted) {
             return Err(StoreError::Unconfirmed(format!(
                 "redis: WAIT: {acknowledged} of {wanted} replicas acknowledged the write in time"
