@@ -680,6 +680,26 @@ async fn a_duplicate_can_wait_for_the_first_request_and_replay_it(backend: Backe
     assert_eq!(slow.await.expect("join").status, 200);
 }
 
+/// Durations past what a clock or a database interval can hold are
+/// capped by the builder: the Layer still claims, runs, replays and waits
+/// (unbounded, the deadline overflowed `Instant` and the lease failed the
+/// claim's interval arithmetic).
+async fn huge_durations_are_capped_not_overflowed(backend: Backend) {
+    let db = database(backend);
+    let app = fixture_app(open(&db).await, |l| {
+        l.lease(Duration::MAX)
+            .replay_ttl(Duration::MAX)
+            .wait_for_in_flight(Duration::MAX)
+            .retention(Duration::MAX)
+            .trim_interval(Duration::MAX)
+    });
+    let first = send(&app, echo("k-huge", "1")).await;
+    assert_eq!((first.status, first.text().as_str()), (201, "1"));
+    let retry = send(&app, echo("k-huge", "1")).await;
+    assert!(retry.replayed(), "the stored answer, replayed");
+    assert_eq!(counter(&app).await, 1);
+}
+
 /// The layer counts its outcomes by operation from the engine's outcome.
 async fn outcomes_are_counted_for_the_layer(backend: Backend) {
     use idemkey_server::metrics::{FrontEnd, Metrics};
@@ -888,6 +908,7 @@ on_both_backends!(
     concurrent_first_requests_run_the_handler_once,
     a_temporary_status_releases_the_key_and_other_statuses_are_kept,
     a_duplicate_can_wait_for_the_first_request_and_replay_it,
+    huge_durations_are_capped_not_overflowed,
     outcomes_are_counted_for_the_layer,
     after_the_replay_window_reject_answers_410,
     after_the_replay_window_reexecute_runs_anew,

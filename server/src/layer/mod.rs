@@ -370,16 +370,19 @@ impl IdempotencyLayer {
     }
 
     /// How long a claim holds the key before another request may take it
-    /// over, counted by the database's clock.
+    /// over, counted by the database's clock (at most
+    /// [`MAX_INTERVAL`](crate::config::MAX_INTERVAL), so the database's
+    /// interval arithmetic cannot overflow).
     #[must_use]
     pub fn lease(self, lease: Duration) -> Self {
-        self.with(|c| c.policy.lease = lease)
+        self.with(|c| c.policy.lease = lease.min(crate::config::MAX_INTERVAL))
     }
 
-    /// How long a stored response is replayed, from its completion.
+    /// How long a stored response is replayed, from its completion (at
+    /// most [`MAX_DURATION`](crate::config::MAX_DURATION)).
     #[must_use]
     pub fn replay_ttl(self, ttl: Duration) -> Self {
-        self.with(|c| c.policy.replay_ttl = ttl)
+        self.with(|c| c.policy.replay_ttl = ttl.min(crate::config::MAX_DURATION))
     }
 
     /// What happens after the replay window: 410, or run anew.
@@ -398,10 +401,11 @@ impl IdempotencyLayer {
     /// Instead of answering 409 to a duplicate of a request in progress,
     /// wait up to `wait` for it to finish and replay its result (off by
     /// default: the draft standard's answer is 409). Past `wait` the 409 is
-    /// sent as usual.
+    /// sent as usual. At most [`MAX_WAIT`](crate::config::MAX_WAIT), so the
+    /// deadline cannot overflow `Instant`.
     #[must_use]
     pub fn wait_for_in_flight(self, wait: Duration) -> Self {
-        self.with(|c| c.policy.wait_for_in_flight = Some(wait))
+        self.with(|c| c.policy.wait_for_in_flight = Some(wait.min(crate::config::MAX_WAIT)))
     }
 
     /// The largest request body read, in bytes (413 above it).
@@ -446,16 +450,18 @@ impl IdempotencyLayer {
     /// How long a key is remembered after its creation (as a tombstone once
     /// its replay window is over, so that 422 and 410 still answer) and an
     /// abandoned claim after its lease, before the trim deletes it (default
-    /// [`DEFAULT_RETENTION`]; keep it longer than the replay window).
+    /// [`DEFAULT_RETENTION`]; keep it longer than the replay window; at
+    /// most [`MAX_DURATION`](crate::config::MAX_DURATION)).
     #[must_use]
     pub fn retention(self, retention: Duration) -> Self {
-        self.with(|c| c.retention = retention)
+        self.with(|c| c.retention = retention.min(crate::config::MAX_DURATION))
     }
 
-    /// How often the trim task runs (default [`DEFAULT_TRIM_INTERVAL`]).
+    /// How often the trim task runs (default [`DEFAULT_TRIM_INTERVAL`], at
+    /// most [`MAX_INTERVAL`](crate::config::MAX_INTERVAL)).
     #[must_use]
     pub fn trim_interval(self, interval: Duration) -> Self {
-        self.with(|c| c.trim_interval = Some(interval))
+        self.with(|c| c.trim_interval = Some(interval.min(crate::config::MAX_INTERVAL)))
     }
 
     /// No trim task: another process trims the records table (e.g. the
