@@ -357,9 +357,10 @@ test("IdempotentClient: after an attempt that may have been applied, 401 holds t
     // A 401 on the lookup holds too; after sign-in the lookup is asked again.
     {
       let signedIn = false;
-      const { client, calls, session } = await scripted("a6", async (url) => {
+      const { client, calls, session } = await scripted("a6", async (url, init, calls) => {
         if (isLookup(url)) return signedIn ? json(200, { state: "completed", order: "/orders/o-6" }) : problem(401, "unauthorized");
-        return json(410, { code: "idempotency-key-expired" });
+        // A resend (which must not happen) would create an order.
+        return calls.length === 1 ? json(410, { code: "idempotency-key-expired" }) : json(201, { id: "o-6-second" });
       });
       const result = await client.submit({ url: "/orders", body, operation: "POST /orders:v1" });
       session.token = "token-2";
