@@ -896,8 +896,8 @@ async fn replay_on(store: &Store, bounds: &Bounds, walks: &[Walk]) -> Vec<String
                 u64::try_from(unit.as_millis()).expect("short") * u64::from(bounds.retention)
                     + u64::try_from(unit.as_millis()).expect("short") / 2,
             );
-            if !dbs.contains_key(&unit) {
-                dbs.insert(unit, open(&target, retention).await);
+            if let std::collections::hash_map::Entry::Vacant(slot) = dbs.entry(unit) {
+                slot.insert(open(&target, retention).await);
             }
             let db = &dbs[&unit];
             let connections = match (store.drive, db) {
