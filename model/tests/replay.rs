@@ -1093,6 +1093,28 @@ async fn sampled(bounds: Bounds, seed: u64) {
                 store.name
             );
         }
+        if bounds.mode == Mode::Transactional {
+            // The effect's own ends of a transaction: a temporary status
+            // and a crash, each rolling back a held key.
+            let ends = |end: &dyn Fn(Action, &State) -> bool| {
+                sample.iter().any(|w| {
+                    w.actions
+                        .iter()
+                        .zip(&w.states)
+                        .any(|(&action, before)| end(action, before))
+                })
+            };
+            assert!(
+                ends(&|a, _| matches!(a, Action::Effect { ok: false, .. })),
+                "{}: the sample never rolls back a temporary status",
+                store.name
+            );
+            assert!(
+                ends(&|a, before| matches!(a, Action::Crash(s) if before.lock == Some(s))),
+                "{}: the sample never crashes a server holding the key",
+                store.name
+            );
+        }
         divergences.extend(replay_on(store, &bounds, &sample).await);
     }
     assert_eq!(divergences, Vec::<String>::new());
