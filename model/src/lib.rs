@@ -12,7 +12,9 @@
 //! The decisions are the core's own [`idemkey_core::decide`]; each
 //! [`Action::Step`] is one method of the server's `Records` trait, so a
 //! path of the model is a test case for a real store (the crate's
-//! `replay` test runs them against PostgreSQL and SQLite). `docs/protocol.md`
+//! `replay` test runs them against PostgreSQL, SQLite, Redis and Redis
+//! Cluster, and the transactional mode's against `in_transaction` on
+//! PostgreSQL and SQLite). `docs/protocol.md`
 //! states the properties, the bounds and how long the check takes.
 //!
 //! ```
@@ -36,4 +38,4 @@ mod walk;
 pub use bounds::{ATTEMPTS, Action, Bounds, Mode};
 pub use protocol::{Protocol, same_state};
 pub use state::{Answer, Client, Ghost, Phase, Redo, Rejection, Row, State, Status, fingerprint};
-pub use walk::{Walk, covering, transition, transitions, walks};
+pub use walk::{Walk, cover, covering, transition, transitions, walks};

@@ -45,6 +45,15 @@ impl Walk {
             actions: taken,
         }
     }
+
+    /// The path's first `steps` actions (all of it when it is shorter).
+    pub fn prefix(&self, steps: usize) -> Self {
+        let steps = steps.min(self.actions.len());
+        Self {
+            states: self.states[..=steps].to_vec(),
+            actions: self.actions[..steps].to_vec(),
+        }
+    }
 }
 
 /// `count` walks of at most `steps` actions, each choosing among the
@@ -129,7 +138,14 @@ fn answer_kind(answer: Answer) -> String {
 /// `count` walks picked from `pool` seeded random walks, each time the one
 /// that adds the most [`transition`]s not yet covered.
 pub fn covering(model: &Protocol, seed: u64, pool: usize, count: usize, steps: usize) -> Vec<Walk> {
-    let mut candidates: Vec<(Walk, BTreeSet<String>)> = walks(model, seed, pool, steps)
+    cover(walks(model, seed, pool, steps), count)
+}
+
+/// `count` walks picked from `pool`, each time the one that adds the most
+/// [`transition`]s not yet covered (e.g. from walks cut to what a store
+/// can follow).
+pub fn cover(pool: Vec<Walk>, count: usize) -> Vec<Walk> {
+    let mut candidates: Vec<(Walk, BTreeSet<String>)> = pool
         .into_iter()
         .map(|walk| {
             let seen = transitions(&walk);
