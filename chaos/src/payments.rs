@@ -7,14 +7,15 @@
 //! restarted once. Once the outbox settles, [`check_payments`] holds the
 //! run to the promise: every order exactly one charge, with its amount,
 //! under its derived key; no charge without an order; nothing pending,
-//! failed or dead.
+//! failed or dead; and, from the provider's request log, at most one run
+//! of the charge handler per order and a lookup before every resend.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use idemkey_testkit::PgCluster;
+use idemkey_testkit::{LoggedRequest, PgCluster};
 
 use crate::checker::{Report, pg_connect};
 use crate::driver::Account;
@@ -271,7 +272,8 @@ async fn settle(url: &str, limit: Duration) -> Result<Duration, String> {
 }
 
 /// Reads the orders, keys and outbox (SQL), the provider's charges
-/// (`GET /charges`) and each order's payment (`GET /orders/{id}`).
+/// (`GET /charges`) and request log (`GET /requests`), and each order's
+/// payment (`GET /orders/{id}`).
 async fn payment_facts(
     url: &str,
     provider: &str,
@@ -305,6 +307,27 @@ async fn payment_facts(
             order_id: text(c, "order_id"),
             amount_cents: c["amount_cents"].as_i64().unwrap_or(-1),
             currency: text(c, "currency"),
+        })
+        .collect();
+    let log: serde_json::Value = http
+        .get(format!("{provider}/requests"))
+        .bearer_auth(secret)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("GET /requests: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("GET /requests body: {e}"))?;
+    facts.requests = log["requests"]
+        .as_array()
+        .ok_or("GET /requests: no requests array")?
+        .iter()
+        .map(|r| LoggedRequest {
+            seq: r["seq"].as_i64().unwrap_or(-1),
+            kind: text(r, "kind"),
+            idempotency_key: text(r, "idempotency_key"),
+            order_id: r["order_id"].as_str().map(str::to_owned),
         })
         .collect();
     let tokens: HashMap<&str, &str> = accounts
