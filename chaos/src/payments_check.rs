@@ -344,8 +344,8 @@ fn figures(facts: &PaymentFacts, by_status: &BTreeMap<String, u64>) -> Vec<Strin
     }
     vec![
         format!(
-            "provider request log: {requests} charge requests ({resent} sent again, each after a \
-             lookup), {lookups} lookups, {runs} runs of the charge handler"
+            "provider request log: {requests} charge requests ({resent} sent again under a key), \
+             {lookups} lookups, {runs} runs of the charge handler"
         ),
         format!(
             "payments: {} orders, {} charges at the provider, outbox {}",
@@ -482,7 +482,8 @@ mod tests {
             "c46b6345-3b68-8f72-b27b-0caa623f7096"
         );
         assert!(
-            check_payments(&facts).figures[0].contains("1 charge requests (0 sent again"),
+            check_payments(&facts).figures[0]
+                .contains("1 charge requests (0 sent again under a key)"),
             "{:?}",
             check_payments(&facts).figures
         );
