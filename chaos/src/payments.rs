@@ -15,7 +15,7 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use idemkey_testkit::{LoggedRequest, PgCluster};
+use idemkey_testkit::{PgCluster, parse_request_log};
 
 use crate::checker::{Report, pg_connect};
 use crate::driver::Account;
@@ -286,16 +286,18 @@ async fn payment_facts(
         .timeout(Duration::from_secs(20))
         .build()
         .map_err(|e| e.to_string())?;
-    let listed: serde_json::Value = http
-        .get(format!("{provider}/charges"))
-        .bearer_auth(secret)
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| format!("GET /charges: {e}"))?
-        .json()
-        .await
-        .map_err(|e| format!("GET /charges body: {e}"))?;
+    let get = async |path: &str| -> Result<serde_json::Value, String> {
+        http.get(format!("{provider}{path}"))
+            .bearer_auth(secret)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| format!("GET {path}: {e}"))?
+            .json()
+            .await
+            .map_err(|e| format!("GET {path} body: {e}"))
+    };
+    let listed = get("/charges").await?;
     let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
     facts.charges = listed["charges"]
         .as_array()
@@ -309,27 +311,8 @@ async fn payment_facts(
             currency: text(c, "currency"),
         })
         .collect();
-    let log: serde_json::Value = http
-        .get(format!("{provider}/requests"))
-        .bearer_auth(secret)
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| format!("GET /requests: {e}"))?
-        .json()
-        .await
-        .map_err(|e| format!("GET /requests body: {e}"))?;
-    facts.requests = log["requests"]
-        .as_array()
-        .ok_or("GET /requests: no requests array")?
-        .iter()
-        .map(|r| LoggedRequest {
-            seq: r["seq"].as_i64().unwrap_or(-1),
-            kind: text(r, "kind"),
-            idempotency_key: text(r, "idempotency_key"),
-            order_id: r["order_id"].as_str().map(str::to_owned),
-        })
-        .collect();
+    facts.requests =
+        parse_request_log(&get("/requests").await?).ok_or("GET /requests: not a request log")?;
     let tokens: HashMap<&str, &str> = accounts
         .iter()
         .map(|a| (a.id.as_str(), a.token.as_str()))

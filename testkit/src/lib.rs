@@ -74,7 +74,9 @@ mod redis;
 mod tls;
 
 pub use pgbouncer::{PGBOUNCER, PgBouncer, PgBouncerOptions};
-pub use provider_log::{KeyCounts, LoggedRequest, counts_by_key, request_log_violations};
+pub use provider_log::{
+    KeyCounts, LoggedRequest, counts_by_key, parse_request_log, request_log_violations,
+};
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
 pub use tls::{PgTls, SERVER_NAME};
 
