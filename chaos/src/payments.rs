@@ -7,14 +7,15 @@
 //! restarted once. Once the outbox settles, [`check_payments`] holds the
 //! run to the promise: every order exactly one charge, with its amount,
 //! under its derived key; no charge without an order; nothing pending,
-//! failed or dead.
+//! failed or dead; and, from the provider's request log, at most one run
+//! of the charge handler per order and a lookup before every resend.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use idemkey_testkit::PgCluster;
+use idemkey_testkit::{PgCluster, parse_request_log};
 
 use crate::checker::{Report, pg_connect};
 use crate::driver::Account;
@@ -271,7 +272,8 @@ async fn settle(url: &str, limit: Duration) -> Result<Duration, String> {
 }
 
 /// Reads the orders, keys and outbox (SQL), the provider's charges
-/// (`GET /charges`) and each order's payment (`GET /orders/{id}`).
+/// (`GET /charges`) and request log (`GET /requests`), and each order's
+/// payment (`GET /orders/{id}`).
 async fn payment_facts(
     url: &str,
     provider: &str,
@@ -284,16 +286,18 @@ async fn payment_facts(
         .timeout(Duration::from_secs(20))
         .build()
         .map_err(|e| e.to_string())?;
-    let listed: serde_json::Value = http
-        .get(format!("{provider}/charges"))
-        .bearer_auth(secret)
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| format!("GET /charges: {e}"))?
-        .json()
-        .await
-        .map_err(|e| format!("GET /charges body: {e}"))?;
+    let get = async |path: &str| -> Result<serde_json::Value, String> {
+        http.get(format!("{provider}{path}"))
+            .bearer_auth(secret)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| format!("GET {path}: {e}"))?
+            .json()
+            .await
+            .map_err(|e| format!("GET {path} body: {e}"))
+    };
+    let listed = get("/charges").await?;
     let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
     facts.charges = listed["charges"]
         .as_array()
@@ -307,6 +311,8 @@ async fn payment_facts(
             currency: text(c, "currency"),
         })
         .collect();
+    facts.requests =
+        parse_request_log(&get("/requests").await?).ok_or("GET /requests: not a request log")?;
     let tokens: HashMap<&str, &str> = accounts
         .iter()
         .map(|a| (a.id.as_str(), a.token.as_str()))

@@ -3,13 +3,16 @@
 //! charges (from its `GET /charges`) and each order's payment as
 //! `GET /orders/{id}` shows it, against the promise of issue 12: once the
 //! system settles, every order has exactly one charge with its amount,
-//! under the key derived from the order's own key, no charge lacks an
-//! order, and no order stays pending. Pure: [`check_payments`] takes the
-//! rows.
+//! under the key derived from the order's own key and id, no charge lacks
+//! an order, and no order stays pending. The provider's request log
+//! (`GET /requests`) shows what its charges table hides: the charge handler
+//! ran at most once per order, and every charge request sent again under a
+//! key came after a lookup of it. Pure: [`check_payments`] takes the rows.
 
 use std::collections::{BTreeMap, HashMap};
 
-use idemkey_core::{IdempotencyKey, KeyProfile, ORDER_OPERATION, downstream_key};
+use idemkey_core::{IdempotencyKey, KeyProfile, ORDER_OPERATION, instance_downstream_key_of};
+use idemkey_testkit::{LoggedRequest, counts_by_key, request_log_violations};
 
 use crate::checker::push;
 
@@ -105,6 +108,8 @@ pub struct PaymentFacts {
     pub charges: Vec<ProviderCharge>,
     /// Each order's payment as the API shows it, by order id.
     pub shown: HashMap<String, ShownPayment>,
+    /// The provider's request log, in arrival order.
+    pub requests: Vec<LoggedRequest>,
 }
 
 /// What the check found.
@@ -119,7 +124,8 @@ pub struct PaymentCheck {
 }
 
 /// The key the provider must have charged `order` under: derived by the
-/// core from the order's own key.
+/// core from the order's own key and its id (so the second order of a
+/// re-executed key has its own).
 fn expected_key(key: &OrderKey) -> Result<String, String> {
     let parsed = IdempotencyKey::parse(key.key.as_bytes(), KeyProfile::Lenient).map_err(|e| {
         format!(
@@ -127,7 +133,14 @@ fn expected_key(key: &OrderKey) -> Result<String, String> {
             key.order, key.key
         )
     })?;
-    Ok(downstream_key(&key.account, &ORDER_OPERATION, &parsed, CHARGE).to_string())
+    Ok(instance_downstream_key_of(
+        &key.account,
+        ORDER_OPERATION.as_str(),
+        parsed.as_str(),
+        CHARGE,
+        &key.order,
+    )
+    .to_string())
 }
 
 /// Checks the payments of a settled run.
@@ -238,6 +251,9 @@ pub fn check_payments(facts: &PaymentFacts) -> PaymentCheck {
             );
         }
     }
+    for violation in request_log_violations(&facts.requests) {
+        push(v, format!("provider request log: {violation}"));
+    }
     c.figures = figures(facts, &c.by_status);
     c
 }
@@ -319,7 +335,18 @@ fn figures(facts: &PaymentFacts, by_status: &BTreeMap<String, u64>) -> Vec<Strin
         };
         *attempts.entry(bucket).or_default() += 1;
     }
+    let (mut requests, mut lookups, mut runs, mut resent) = (0, 0, 0, 0);
+    for counts in counts_by_key(&facts.requests).values() {
+        requests += counts.requests;
+        lookups += counts.lookups;
+        runs += counts.charges;
+        resent += counts.requests.saturating_sub(1);
+    }
     vec![
+        format!(
+            "provider request log: {requests} charge requests ({resent} sent again under a key), \
+             {lookups} lookups, {runs} runs of the charge handler"
+        ),
         format!(
             "payments: {} orders, {} charges at the provider, outbox {}",
             facts.orders.len(),
@@ -407,7 +434,7 @@ mod tests {
             keys: vec![key],
             charges: vec![ProviderCharge {
                 id: "ch_1".into(),
-                idempotency_key: derived,
+                idempotency_key: derived.clone(),
                 order_id: "o1".into(),
                 amount_cents: 5980,
                 currency: "EUR".into(),
@@ -419,6 +446,20 @@ mod tests {
                     charge_id: Some("ch_1".into()),
                 },
             )]),
+            requests: vec![
+                logged(1, "request", &derived, None),
+                logged(2, "charge", &derived, Some("o1")),
+                logged(3, "lookup", &derived, None),
+            ],
+        }
+    }
+
+    fn logged(seq: i64, kind: &str, key: &str, order: Option<&str>) -> LoggedRequest {
+        LoggedRequest {
+            seq,
+            kind: kind.into(),
+            idempotency_key: key.into(),
+            order_id: order.map(str::to_owned),
         }
     }
 
@@ -430,10 +471,41 @@ mod tests {
     fn a_settled_run_passes_and_the_key_is_the_cores() {
         let facts = settled();
         assert_eq!(violations(&facts), Vec::<String>::new());
-        // The documented example of the core (core/src/downstream.rs).
+        // The core's vector (core/src/downstream.rs, computed with Python).
+        let key = OrderKey {
+            account: ACCOUNT.into(),
+            key: KEY.into(),
+            order: "5b0c7f4e-2a53-4c1e-9d8b-0f6a4e2d1c3b".into(),
+        };
         assert_eq!(
-            facts.charges[0].idempotency_key,
-            "65e5beb7-8001-8b87-92c5-6019c2be1f43"
+            expected_key(&key).unwrap(),
+            "c46b6345-3b68-8f72-b27b-0caa623f7096"
+        );
+        assert!(
+            check_payments(&facts).figures[0]
+                .contains("1 charge requests (0 sent again under a key)"),
+            "{:?}",
+            check_payments(&facts).figures
+        );
+    }
+
+    #[test]
+    fn a_blind_resend_and_a_second_handler_run_fail() {
+        let mut facts = settled();
+        let key = facts.charges[0].idempotency_key.clone();
+        facts.requests.push(logged(4, "request", &key, None));
+        facts.requests.push(logged(5, "request", &key, None));
+        facts.requests.push(logged(6, "charge", &key, Some("o1")));
+        let v = violations(&facts);
+        assert!(
+            v.iter()
+                .any(|m| m.contains("#5 sent again without a lookup")),
+            "{v:?}"
+        );
+        assert!(
+            v.iter()
+                .any(|m| m.contains("order o1") && m.contains("ran 2 times")),
+            "{v:?}"
         );
     }
 

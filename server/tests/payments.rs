@@ -90,6 +90,13 @@ fn account_of(env: &Env) -> String {
     env.sql("SELECT id FROM accounts LIMIT 1")
 }
 
+/// Places an order under a new key; its id.
+async fn place(server: &Server, token: &str) -> String {
+    let created = server.post_order(token, &new_key(), BODY).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    created.json()["id"].as_str().unwrap().to_owned()
+}
+
 async fn payment(server: &Server, token: &str, id: &str) -> serde_json::Value {
     server.get(token, &format!("/orders/{id}")).await.json()["payment"].clone()
 }
@@ -322,10 +329,7 @@ async fn a_dead_letter_is_listed_and_sent_back_by_the_operator() {
     let mut flags = payments_flags(&failing);
     flags.extend(["--outbox-max-attempts", "2"].map(str::to_owned));
     let server = env.serve(&flags.iter().map(String::as_str).collect::<Vec<_>>());
-    let id = server.post_order(&token, &new_key(), BODY).await.json()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = place(&server, &token).await;
     eventually("the payment gives up", async || {
         payment(&server, &token, &id).await["status"] == "failed"
     })
@@ -361,6 +365,17 @@ async fn a_dead_letter_is_listed_and_sent_back_by_the_operator() {
     assert!(!ok);
 }
 
+/// A server that delivers nothing itself (`worker` processes do) and runs a
+/// key anew after its one-hour window.
+const REEXECUTING: [&str; 6] = [
+    "--outbox-workers",
+    "0",
+    "--expiry-policy",
+    "reexecute",
+    "--replay-ttl",
+    "1h",
+];
+
 /// A port nothing listens on (just released).
 fn closed_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -386,14 +401,7 @@ async fn each_order_of_a_re_executed_key_is_charged_once_with_its_own_amount() {
         let (env, provider_env) = (Env::new(backend), Env::new(backend));
         let token = env.account("shop");
         let provider = provider(&provider_env, &["--lose-rate", "1"]);
-        let server = env.serve(&[
-            "--outbox-workers",
-            "0",
-            "--expiry-policy",
-            "reexecute",
-            "--replay-ttl",
-            "1h",
-        ]);
+        let server = env.serve(&REEXECUTING);
         let flags = payments_flags(&provider);
         let key = new_key();
         let first = server.post_order(&token, &key, BODY).await;
@@ -488,8 +496,7 @@ async fn an_auth_failure_is_retried_and_the_operator_sends_it_back() {
         let server = env.serve(&["--outbox-workers", "0"]);
         let mut orders = Vec::new();
         for _ in 0..2 {
-            let created = server.post_order(&token, &new_key(), BODY).await;
-            orders.push(created.json()["id"].as_str().unwrap().to_owned());
+            orders.push(place(&server, &token).await);
         }
         let mut wrong = payments_flags(&provider);
         wrong[3] = "not-the-secret".into();
@@ -589,10 +596,7 @@ async fn payments_url_credentials_stay_out_of_logs_errors_and_metrics() {
         ],
         &[("RUST_LOG", "debug".to_owned())],
     );
-    let id = server.post_order(&token, &new_key(), BODY).await.json()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = place(&server, &token).await;
     eventually("the deliveries run out", async || {
         payment(&server, &token, &id).await["status"] == "failed"
     })
@@ -647,14 +651,7 @@ async fn messages_sent_under_the_shared_key_by_an_earlier_version_are_delivered_
         let (env, provider_env) = (Env::new(backend), Env::new(backend));
         let token = env.account("shop");
         let provider = provider(&provider_env, &[]);
-        let server = env.serve(&[
-            "--outbox-workers",
-            "0",
-            "--expiry-policy",
-            "reexecute",
-            "--replay-ttl",
-            "1h",
-        ]);
+        let server = env.serve(&REEXECUTING);
         let account = account_of(&env);
         let old_worker =
             ProviderClient::new(&provider.base, SECRET, Duration::from_secs(10)).expect("client");

@@ -21,6 +21,24 @@ pub struct LoggedRequest {
     pub order_id: Option<String>,
 }
 
+/// The rows of a `GET /requests` answer (`{"requests": [...]}`); `None`
+/// if it is not such an answer.
+pub fn parse_request_log(body: &serde_json::Value) -> Option<Vec<LoggedRequest>> {
+    let text = |v: &serde_json::Value, k: &str| v[k].as_str().map(str::to_owned);
+    body["requests"]
+        .as_array()?
+        .iter()
+        .map(|r| {
+            Some(LoggedRequest {
+                seq: r["seq"].as_i64()?,
+                kind: text(r, "kind")?,
+                idempotency_key: text(r, "idempotency_key")?,
+                order_id: text(r, "order_id"),
+            })
+        })
+        .collect()
+}
+
 /// How often each kind of row occurs for one key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyCounts {
@@ -119,6 +137,26 @@ mod tests {
                 lookups: 1,
                 charges: 1
             }
+        );
+    }
+
+    #[test]
+    fn an_answer_is_parsed_and_a_malformed_one_refused() {
+        let body = serde_json::json!({"requests": [
+            {"seq": 1, "kind": "charge", "idempotency_key": "k", "order_id": "o"},
+            {"seq": 2, "kind": "lookup", "idempotency_key": "k", "order_id": null},
+        ]});
+        assert_eq!(
+            parse_request_log(&body),
+            Some(vec![
+                row(1, "charge", "k", Some("o")),
+                row(2, "lookup", "k", None)
+            ])
+        );
+        assert_eq!(parse_request_log(&serde_json::json!({"charges": []})), None);
+        assert_eq!(
+            parse_request_log(&serde_json::json!({"requests": [{"seq": 1}]})),
+            None
         );
     }
 

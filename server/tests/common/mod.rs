@@ -431,18 +431,7 @@ impl Server {
     pub async fn provider_requests(&self, secret: &str) -> Vec<idemkey_testkit::LoggedRequest> {
         let list = self.get(secret, "/requests").await;
         assert_eq!(list.status, 200, "{}", list.body);
-        let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
-        list.json()["requests"]
-            .as_array()
-            .expect("a request log")
-            .iter()
-            .map(|r| idemkey_testkit::LoggedRequest {
-                seq: r["seq"].as_i64().expect("a seq"),
-                kind: text(r, "kind"),
-                idempotency_key: text(r, "idempotency_key"),
-                order_id: r["order_id"].as_str().map(str::to_owned),
-            })
-            .collect()
+        idemkey_testkit::parse_request_log(&list.json()).expect("a request log")
     }
 
     /// The server process's id (to read its `/proc/<pid>/status`).
