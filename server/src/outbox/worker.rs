@@ -265,8 +265,9 @@ impl Worker {
                 after: Duration::from_millis(delay_ms),
                 error,
             },
-            // The provider's 401/403 ends the payment as before; whether it
-            // should be retried is the provider's rule, not the browser's.
+            // The outcomes above are a 503 or no answer, which the policy
+            // never stops or holds; the provider's 401/403 arrive as
+            // `Delivery::Retry` (the payments client classifies them).
             RetryStep::Stop | RetryStep::HoldForAuth => Settlement::Failed { reason: error },
             RetryStep::Reconcile | RetryStep::Done => Settlement::Dead { error },
         }
