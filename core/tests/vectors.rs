@@ -509,6 +509,38 @@ fn http_fingerprints_equal_where_the_contract_says() {
 }
 
 #[test]
+fn instance_downstream_key_vectors() {
+    let doc = load("downstream_keys.json");
+    assert_eq!(
+        doc["instance_domain"],
+        idemkey_core::INSTANCE_DOWNSTREAM_KEY_DOMAIN
+    );
+    let cases = doc["instance_cases"].as_array().expect("instance_cases");
+    let mut seen = std::collections::BTreeSet::new();
+    for case in cases {
+        let name = str_of(case, "name");
+        let derived = idemkey_core::instance_downstream_key_of(
+            str_of(case, "scope"),
+            str_of(case, "operation"),
+            str_of(case, "key"),
+            str_of(case, "effect"),
+            str_of(case, "instance"),
+        );
+        assert_eq!(derived.to_string(), str_of(case, "uuid"), "{name}");
+        // Never the version 1 key of the same tuple.
+        let v1 = idemkey_core::downstream_key_of(
+            str_of(case, "scope"),
+            str_of(case, "operation"),
+            str_of(case, "key"),
+            str_of(case, "effect"),
+        );
+        assert_ne!(derived, v1, "{name}: differs from version 1");
+        seen.insert(derived);
+    }
+    assert_eq!(seen.len(), cases.len(), "every case gives its own key");
+}
+
+#[test]
 fn downstream_key_vectors() {
     let doc = load("downstream_keys.json");
     assert_eq!(doc["domain"], idemkey_core::DOWNSTREAM_KEY_DOMAIN);

@@ -12,14 +12,18 @@ import hashlib
 import uuid
 
 DOMAIN = "idemkey/downstream-key/v1"
+# instance_downstream_key_of: one instance of an effect (one order's charge).
+INSTANCE_DOMAIN = "idemkey/downstream-key/v2"
+ORDER_1 = "5b0c7f4e-2a53-4c1e-9d8b-0f6a4e2d1c3b"
+ORDER_2 = "9d2e4f60-7a1b-4c3d-8e5f-a6b7c8d9e0f1"
 ACCOUNT = "0b8e3d4c-1f2a-4b5c-8d6e-7f8091a2b3c4"
 OTHER_ACCOUNT = "5f0c2a1e-9b7d-4c3a-a2e1-0d9c8b7a6f5e"
 ORDER_OP = "POST /orders:v1"
 
 
-def derive(scope, operation, key, effect):
-    data = DOMAIN.encode("utf-8")
-    for part in (scope, operation, key, effect):
+def derive(scope, operation, key, effect, *instance, domain=DOMAIN):
+    data = domain.encode("utf-8")
+    for part in (scope, operation, key, effect, *instance):
         raw = part.encode("utf-8")
         data += len(raw).to_bytes(4, "big") + raw
     digest = hashlib.sha256(data).digest()
@@ -68,4 +72,28 @@ def downstream_cases(article_key):
         out.append({"name": name, "scope": scope, "operation": op, "key_header": header,
                     "profile": profile, "key": key, "effect": effect, "sha256": digest,
                     "uuid": value})
+    return out
+
+
+def instance_cases(article_key):
+    """instance_downstream_key_of(scope, operation, key, effect, instance)."""
+    raw = [
+        ("an order's charge: the order id is the instance", ACCOUNT, ORDER_OP, article_key,
+         "charge", ORDER_1),
+        ("the second order of a re-executed key: the same tuple, another order, another key",
+         ACCOUNT, ORDER_OP, article_key, "charge", ORDER_2),
+        ("the same order under another account", OTHER_ACCOUNT, ORDER_OP, article_key, "charge",
+         ORDER_1),
+        ("boundaries cannot shift: effect ab, instance c", ACCOUNT, ORDER_OP, "k", "ab", "c"),
+        ("boundaries cannot shift: effect a, instance bc", ACCOUNT, ORDER_OP, "k", "a", "bc"),
+        ("an empty instance is hashed as a zero length, unlike version 1", ACCOUNT, ORDER_OP,
+         article_key, "charge", ""),
+        ("non-ASCII instance counts UTF-8 bytes", ACCOUNT, ORDER_OP, "abc", "charge",
+         "pedido-ñ 東京"),
+    ]
+    out = []
+    for name, scope, op, key, effect, instance in raw:
+        digest, value = derive(scope, op, key, effect, instance, domain=INSTANCE_DOMAIN)
+        out.append({"name": name, "scope": scope, "operation": op, "key": key,
+                    "effect": effect, "instance": instance, "sha256": digest, "uuid": value})
     return out

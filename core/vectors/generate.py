@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the vectors
-from downstream import DOMAIN as DOWNSTREAM_DOMAIN, downstream_cases  # noqa: E402
+from downstream import DOMAIN as DOWNSTREAM_DOMAIN, INSTANCE_DOMAIN, downstream_cases, instance_cases  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ARTICLE_KEY = "8e03978e-40d5-43e8-bc93-6894a57f9324"
@@ -741,7 +741,7 @@ FILES = {
     "retry.json": lambda: {"description": "RetryPolicy::step_after(attempt, earlier, outcome, random) with the default policy; earlier is notApplied or maybeApplied (an earlier attempt of the operation may have been applied); mayHaveApplied is AttemptOutcome::may_have_applied(outcome).", **retry_cases()},
     "problems.json": lambda: {"description": "Every problem code with its status, title and type; exact bodies and headers of the problem constructors.", **problem_cases()},
     "orders.json": lambda: {"description": "POST /orders:v1 bodies: the validated order or the exact request-invalid problem body.", "cases": order_cases()},
-    "downstream_keys.json": lambda: counted(f"downstream_key(scope, operation, key, effect): SHA-256 of the domain tag {DOWNSTREAM_DOMAIN!r} then each input as a u32 big-endian byte length and its UTF-8 bytes; the first 16 bytes as a UUIDv8 (version 8, RFC 9562 variant). `key` is what `key_header` parses to under `profile`; `sha256` is the whole digest.", downstream_cases(ARTICLE_KEY), domain=DOWNSTREAM_DOMAIN),
+    "downstream_keys.json": lambda: counted(f"downstream_key(scope, operation, key, effect): SHA-256 of the domain tag {DOWNSTREAM_DOMAIN!r} then each input as a u32 big-endian byte length and its UTF-8 bytes; the first 16 bytes as a UUIDv8 (version 8, RFC 9562 variant). `key` is what `key_header` parses to under `profile`; `sha256` is the whole digest.", downstream_cases(ARTICLE_KEY), domain=DOWNSTREAM_DOMAIN, instance_description="instance_downstream_key_of(scope, operation, key, effect, instance): the same construction under the domain tag `instance_domain` with `instance` (an order id) hashed as a fifth part; `key` is the stored key.", instance_domain=INSTANCE_DOMAIN, instance_cases=instance_cases(ARTICLE_KEY)),
     "unknown.json": lambda: {"description": "RetryPolicy::after_unknown(attempt, firstSentAt, now, replayWindowMs, random) with the default policy: what a client does when its operation's lookup answers unknown.", **unknown_cases()},
 }
 
@@ -759,7 +759,7 @@ MINIMUMS = {
     "retry.json": {"cases": 38},
     "problems.json": {"codes": 15, "bodies": 12},
     "orders.json": {"cases": 25},
-    "downstream_keys.json": {"cases": 14},
+    "downstream_keys.json": {"cases": 14, "instance_cases": 7},
     "unknown.json": {"cases": 10},
 }
 
