@@ -84,20 +84,6 @@ async fn readyz(State(state): State<AppState>) -> Response {
     )
 }
 
-/// `2s`, `15m`, `24h`, `30d` or milliseconds, as the command line reads them.
-pub fn human_duration(d: Duration) -> String {
-    let secs = d.as_secs();
-    if d.subsec_nanos() != 0 || secs == 0 {
-        return format!("{}ms", d.as_millis());
-    }
-    for (unit, len) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if secs.is_multiple_of(len) {
-            return format!("{}{unit}", secs / len);
-        }
-    }
-    format!("{secs}s")
-}
-
 /// The OpenAPI document with `settings` filled in, and every request
 /// constraint written from the rule the server applies (see the module
 /// docs).

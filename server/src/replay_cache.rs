@@ -28,8 +28,8 @@ use idemkey_core::{Stored, UnixMillis};
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
-use crate::config::MAX_WAIT;
-use crate::db::{AccountId, TokenHash};
+use idemkey::duration::MAX_WAIT;
+use crate::store::{AccountId, TokenHash};
 use crate::idempotency::{Read, Record, RecordKey};
 
 /// What an entry weighs beyond its variable parts: the key's fixed fields,

@@ -1,13 +1,13 @@
 //! Accounts and their API tokens as the operator manages them (the
 //! `account` and `token` commands, demo mode), and the batched record of
 //! when each token was last used. Requests never come here: they
-//! authenticate inside their own statement (see [`crate::db`]), which skips
+//! authenticate inside their own statement (see [`crate::db`](super)), which skips
 //! revoked tokens, so a revocation holds on every process at once.
 
 use idemkey_core::UnixMillis;
 use uuid::Uuid;
 
-use super::{AccountId, Db, StoreError, TokenHash, redis};
+use super::{AccountId, Db, StoreError, TokenHash};
 
 /// A token's id: what `token list` shows and `token revoke` takes, so the
 /// token and its hash are never shown again.
@@ -65,18 +65,6 @@ pub struct DemoAccount<'a> {
     pub token: TokenHash,
 }
 
-/// Like [`each!`] for the calls that only the SQL stores answer: Redis holds
-/// no accounts.
-macro_rules! sql_only {
-    ($self:expr, $db:ident => $body:expr) => {
-        match $self {
-            Db::Postgres($db) => $body,
-            Db::Sqlite($db) => $body,
-            Db::Redis(_) => Err(StoreError::Unavailable(redis::LEASE_ONLY.into())),
-        }
-    };
-}
-
 impl Db {
     /// Creates an account and stores the hash of its first token.
     pub async fn create_account(
@@ -84,17 +72,17 @@ impl Db {
         name: &str,
         token: TokenHash,
     ) -> Result<AccountId, StoreError> {
-        sql_only!(self, db => db.create_account(name, token).await)
+        each!(self, db => db.create_account(name, token).await)
     }
 
     /// Every account, oldest first.
     pub async fn list_accounts(&self) -> Result<Vec<AccountSummary>, StoreError> {
-        sql_only!(self, db => db.accounts(None).await)
+        each!(self, db => db.accounts(None).await)
     }
 
     /// The accounts whose id or name is `selector`, oldest first.
     pub async fn find_accounts(&self, selector: &str) -> Result<Vec<AccountSummary>, StoreError> {
-        sql_only!(self, db => db.accounts(Some(selector)).await)
+        each!(self, db => db.accounts(Some(selector)).await)
     }
 
     /// Adds a token to an account; `None` when no account has this id.
@@ -104,18 +92,18 @@ impl Db {
         token: TokenHash,
     ) -> Result<Option<TokenId>, StoreError> {
         let id = TokenId(Uuid::new_v4());
-        let added = sql_only!(self, db => db.create_token(account, id, token).await)?;
+        let added = each!(self, db => db.create_token(account, id, token).await)?;
         Ok(added.then_some(id))
     }
 
     /// An account's tokens, revoked ones included, oldest first.
     pub async fn list_tokens(&self, account: AccountId) -> Result<Vec<TokenSummary>, StoreError> {
-        sql_only!(self, db => db.tokens(account).await)
+        each!(self, db => db.tokens(account).await)
     }
 
     /// Revokes a token: from the commit on, no statement accepts it.
     pub async fn revoke_token(&self, id: TokenId) -> Result<Revocation, StoreError> {
-        sql_only!(self, db => db.revoke_token(id).await)
+        each!(self, db => db.revoke_token(id).await)
     }
 
     /// Demo mode's start: finds each of its accounts by its slot (creating
@@ -127,7 +115,7 @@ impl Db {
         &self,
         accounts: &[DemoAccount<'_>],
     ) -> Result<(Vec<AccountId>, u64), StoreError> {
-        sql_only!(self, db => db.start_demo(accounts).await)
+        each!(self, db => db.start_demo(accounts).await)
     }
 
     /// Sets `last_used_at` of these tokens to the database's `now` in one
@@ -136,6 +124,6 @@ impl Db {
         if tokens.is_empty() {
             return Ok(0);
         }
-        sql_only!(self, db => db.mark_tokens_used(tokens).await)
+        each!(self, db => db.mark_tokens_used(tokens).await)
     }
 }

@@ -1,31 +1,45 @@
-//! Every database the server speaks: one folder per backend, each holding
-//! its records store ([`Records`]), its order statements and its migrations
-//! (every statement in a `.sql` file next to its code), behind one [`Db`]
-//! enum opened from a URL. Nothing outside this module matches on the
-//! backend.
+//! The order service's store: its accounts, tokens, orders and products,
+//! next to the library's records and outbox in one PostgreSQL or SQLite
+//! database ([`Db`]). Only those two can hold orders: the effect and its
+//! key's record commit in one transaction, which Redis cannot join, so
+//! there is no Redis variant to refuse calls.
 //!
 //! Every call that acts for a caller takes the caller's [`TokenHash`] and
 //! resolves the account in the same statement (or transaction) as the work
 //! itself, so authentication costs no extra round trip.
+//!
+//! Migrations: the library migrates its own tables; this module adds the
+//! order service's component (`orders`) through the same runner, and brings
+//! a database of an earlier version (one `schema_migrations` list for
+//! everything) up to that list's last version first ([`legacy`]).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use idemkey_core::{IdempotencyKey, OperationId, UnixMillis};
-use thiserror::Error;
+use idemkey::idempotency::{
+    ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey, Records, Scope,
+    StoredResponse, TrimReport,
+};
+use idemkey::store::migrations::{Adopt, Migration};
+use idemkey::store::{PgDb, PoolStatus, SqliteDb, StoreSettings};
+use idemkey::StoreError;
+use idemkey_core::{IdempotencyKey, OperationId};
 use uuid::Uuid;
 
-use crate::idempotency::{
-    ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey, Records, StoredResponse,
-    TrimReport,
+pub use idemkey::store::{PgPooler, StoreSettings as PgSettings, from_system_time, to_system_time};
+
+mod accounts;
+pub mod legacy;
+mod order;
+mod postgres;
+mod sqlite;
+
+pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
+pub(crate) use order::OrderEffectError;
+pub use order::{
+    Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, PaymentState, Price, Refusal,
 };
-
-pub mod postgres;
-pub mod redis;
-pub mod sqlite;
-
-pub use postgres::{PgDb, PgPooler, PgSettings};
-pub use redis::{RedisDb, RedisSettings};
-pub use sqlite::SqliteDb;
+pub use postgres::PgOrders;
+pub use sqlite::SqliteOrders;
 
 /// SHA-256 of an API token: the only form in which tokens are stored.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,22 +56,11 @@ impl std::fmt::Debug for TokenHash {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AccountId(pub Uuid);
 
-/// Why a database call failed. Messages go to logs only, never to clients.
-#[derive(Clone, Debug, Error)]
-pub enum StoreError {
-    /// A lock wait exceeded `lock_timeout`: another request holds the key.
-    #[error("lock wait timed out")]
-    LockTimeout,
-    /// The database is unreachable, timed out, or the outcome is unknown.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// The write may have reached the store, which could not confirm that
-    /// it would survive a failover (fewer Redis replicas than asked for
-    /// acknowledged it in time, or the call failed with the write in
-    /// flight): a completion that must not be acknowledged to the client,
-    /// since a failover may still lose it.
-    #[error("write not confirmed: {0}")]
-    Unconfirmed(String),
+impl AccountId {
+    /// The scope of this account's idempotency records.
+    pub fn scope(self) -> Scope {
+        Scope::account(self.0)
+    }
 }
 
 /// The answer to a call for a caller: the token is unknown, or the result.
@@ -69,109 +72,102 @@ pub enum Authed<T> {
     Ok(T),
 }
 
-/// Connection-pool figures for metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PoolStatus {
-    /// Largest number of connections.
-    pub max_size: usize,
-    /// Connections open.
-    pub size: usize,
-    /// Idle connections.
-    pub available: usize,
-    /// Requests waiting for a connection.
-    pub waiting: usize,
-}
-
-/// The database chosen at start-up.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum Db {
-    /// PostgreSQL: the shared, multi-instance store.
-    Postgres(PgDb),
-    /// SQLite: the embedded, single-host store.
-    Sqlite(SqliteDb),
-    /// Redis or Redis Cluster: records of the idempotency layer (lease
-    /// mode) only; the order route and the account calls are refused.
-    Redis(RedisDb),
-}
-
 /// The database used when none is given: a file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://idemkey.db";
 
+/// The order service's migrations (one component, `orders`): its tables in
+/// their current shape. A database made by an earlier version already has
+/// them (adopted; see [`legacy`]).
+pub(crate) fn migrations(backend: &str) -> [Migration; 1] {
+    let sql = if backend == "postgres" {
+        include_str!("postgres/migrations/orders_0001.sql")
+    } else {
+        include_str!("sqlite/migrations/orders_0001.sql")
+    };
+    [Migration {
+        component: "orders",
+        version: 1,
+        name: "orders",
+        sql,
+        adopt: Some(Adopt {
+            table: "orders",
+            column: "reference",
+        }),
+    }]
+}
+
+/// The order service's database.
+#[derive(Clone, Debug)]
+pub enum Db {
+    /// PostgreSQL: the shared, multi-instance store.
+    Postgres(PgOrders),
+    /// SQLite: the embedded, single-host store.
+    Sqlite(SqliteOrders),
+}
+
 /// The one place that matches on the backend: `$body` with `$db` bound to
-/// the backend's store.
+/// the backend's order store.
 macro_rules! each {
     ($self:expr, $db:ident => $body:expr) => {
         match $self {
             Db::Postgres($db) => $body,
             Db::Sqlite($db) => $body,
-            Db::Redis($db) => $body,
         }
     };
 }
-
-mod accounts;
-mod order;
-pub mod outbox;
-pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
-pub(in crate::db) use order::OrderEffectError;
-pub use order::{
-    Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, PaymentState, Price, Refusal,
-};
-mod charges;
-pub use charges::{CHARGES_NEED_SQL, Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
+pub(crate) use each;
 
 impl Db {
-    /// Opens the database a URL names and applies pending migrations:
-    /// `postgres://...` (or `postgresql://`, or libpq's `host=... dbname=...`
-    /// form; TLS by `sslmode` and `sslrootcert` as in libpq), `sqlite://PATH` (relative to
-    /// the working directory; `sqlite:///abs/path` for an absolute one), or
-    /// a Redis node or cluster (see [`Db::open_with`]) with default settings.
-    pub async fn open(url: &str, settings: &PgSettings) -> Result<Self, StoreError> {
-        Self::open_with(url, settings, &RedisSettings::default()).await
-    }
-
-    /// [`Db::open`], with the settings of a Redis store: `redis://…`,
-    /// `rediss://…` (TLS), or a cluster's seeds,
-    /// `redis+cluster://host:port,host:port` (`rediss+cluster://` for TLS).
-    pub async fn open_with(
-        url: &str,
-        settings: &PgSettings,
-        redis: &RedisSettings,
-    ) -> Result<Self, StoreError> {
-        if redis::is_redis_url(url) {
-            Ok(Self::Redis(RedisDb::connect(url, redis).await?))
-        } else if url.starts_with("postgres://")
-            || url.starts_with("postgresql://")
-            || postgres::is_key_value(url)
-        {
-            Ok(Self::Postgres(PgDb::connect(url, settings).await?))
-        } else if let Some(path) = url.strip_prefix("sqlite://") {
-            if path.is_empty() {
-                return Err(StoreError::Unavailable(
-                    "sqlite:// needs a file path".into(),
+    /// Opens the database a URL names (`postgres://…`, libpq's `host=…`
+    /// form, or `sqlite://PATH`) and applies pending migrations: an earlier
+    /// version's list first, then the library's, then the order service's.
+    /// A Redis URL is [`StoreError::Unsupported`]: orders need a database
+    /// transaction.
+    pub async fn open(url: &str, settings: &StoreSettings) -> Result<Self, StoreError> {
+        let settings = StoreSettings {
+            application_name: "idemkey-server",
+            ..settings.clone()
+        };
+        let db = match idemkey::Db::connect(url, &settings).await? {
+            idemkey::Db::Postgres(db) => Self::Postgres(PgOrders::new(db)),
+            idemkey::Db::Sqlite(db) => Self::Sqlite(SqliteOrders::new(db)),
+            _ => {
+                return Err(StoreError::Unsupported(
+                    "the order service keeps each order and its key's record in one \
+                     transaction, which Redis cannot join: use postgres:// or sqlite://"
+                        .into(),
                 ));
             }
-            Ok(Self::Sqlite(
-                SqliteDb::open_with_readers(path, settings.pool_wait, settings.sqlite_readers)
-                    .await?,
-            ))
-        } else {
-            // The URL may hold a password: never repeat it.
-            Err(StoreError::Unavailable(
-                "unknown database URL: use postgres://... (or libpq's host=... form), \
-                 sqlite://PATH or redis://..."
-                    .into(),
-            ))
+        };
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// Applies every pending migration (see [`Db::open`]).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            Self::Postgres(db) => legacy::postgres(db).await?,
+            Self::Sqlite(db) => legacy::sqlite(db).await?,
+        }
+        let store = self.store();
+        store.migrate().await?;
+        store.migrate_with(&migrations(self.backend())).await
+    }
+
+    /// The library's store over the same connections (for the Layer, the
+    /// outbox worker and maintenance).
+    pub fn store(&self) -> idemkey::Db {
+        match self {
+            Self::Postgres(db) => idemkey::Db::Postgres(PgDb::clone(db)),
+            Self::Sqlite(db) => idemkey::Db::Sqlite(SqliteDb::clone(db)),
         }
     }
 
-    /// `postgres`, `sqlite` or `redis`.
+    /// `postgres` or `sqlite`.
     pub fn backend(&self) -> &'static str {
         match self {
             Self::Postgres(_) => "postgres",
             Self::Sqlite(_) => "sqlite",
-            Self::Redis(_) => "redis",
         }
     }
 
@@ -179,16 +175,9 @@ impl Db {
     /// far (one fsync per batch).
     pub fn order_batches(&self) -> Option<(u64, u64)> {
         match self {
-            Self::Sqlite(db) => Some(db.order_batches()),
-            Self::Postgres(_) | Self::Redis(_) => None,
+            Self::Sqlite(db) => Some(db.group_commits()),
+            Self::Postgres(_) => None,
         }
-    }
-
-    /// Whether this store holds only the idempotency layer's records (no
-    /// accounts, no orders, no transactions to join): Redis. The `serve`
-    /// command refuses such a store.
-    pub fn lease_only(&self) -> bool {
-        matches!(self, Self::Redis(_))
     }
 
     /// Checks that the database answers.
@@ -196,26 +185,16 @@ impl Db {
         each!(self, db => db.ping().await)
     }
 
-    /// Versions of this build's migrations that the database has not
-    /// applied (empty when it is up to date).
-    pub async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
+    /// This build's migrations that the database has not applied, as
+    /// `component/version` (empty when it is up to date).
+    pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
         each!(self, db => db.pending_migrations().await)
     }
 
-    /// `/readyz`'s question: the migrations this build knows that the
-    /// database has not applied, answered within `within` or
-    /// [`StoreError::Unavailable`]. On SQLite the read takes the write lock,
-    /// so a lock another process holds past `within` means not ready.
-    pub async fn ready(&self, within: Duration) -> Result<Vec<i64>, StoreError> {
-        let check = async {
-            match self {
-                Self::Sqlite(db) => db.ready(within).await,
-                _ => self.pending_migrations().await,
-            }
-        };
-        tokio::time::timeout(within, check)
-            .await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("no answer in time".into())))
+    /// `/readyz`'s question: the pending migrations, answered within
+    /// `within` or [`StoreError::Unavailable`].
+    pub async fn ready(&self, within: Duration) -> Result<Vec<String>, StoreError> {
+        self.store().ready(within).await
     }
 
     /// The connection pool's figures.
@@ -237,55 +216,6 @@ impl Db {
         policy: &Policy,
     ) -> Result<Authed<OrderAttempt>, StoreError> {
         each!(self, db => db.create_order(token, draft, policy).await)
-    }
-
-    /// Claims up to `limit` due outbox messages of `effects` for
-    /// `lease_for`; no other worker delivers them until it ends.
-    pub async fn claim_outbox(
-        &self,
-        effects: &[String],
-        limit: u32,
-        lease_for: Duration,
-    ) -> Result<Vec<outbox::OutboxMessage>, StoreError> {
-        each!(self, db => db.claim_outbox(effects, limit, lease_for).await)
-    }
-
-    /// Ends a message's claim as `settlement` says, with the downstream key
-    /// it was sent with; `false` when the claim was no longer this one's
-    /// (its lease ended and another worker took the message over).
-    pub async fn settle_outbox(
-        &self,
-        message: &outbox::OutboxMessage,
-        sent_key: Option<&str>,
-        settlement: &outbox::Settlement,
-    ) -> Result<bool, StoreError> {
-        each!(self, db => db.settle_outbox(message, sent_key, settlement).await)
-    }
-
-    /// The outbox's depth, oldest pending age and dead letters.
-    pub async fn outbox_stats(&self) -> Result<outbox::OutboxStats, StoreError> {
-        each!(self, db => db.outbox_stats().await)
-    }
-
-    /// Outbox messages, oldest first: all, or those of one status.
-    pub async fn outbox_list(
-        &self,
-        status: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<outbox::OutboxEntry>, StoreError> {
-        each!(self, db => db.outbox_list(status, limit).await)
-    }
-
-    /// Sends messages back to pending: one dead or failed message by id,
-    /// or (`id` `None`) every dead letter. Those older than `retention` (the
-    /// provider's key retention, at the store's clock) stay unless `force`.
-    pub async fn outbox_retry(
-        &self,
-        id: Option<i64>,
-        retention: Duration,
-        force: bool,
-    ) -> Result<outbox::Requeued, StoreError> {
-        each!(self, db => db.outbox_retry(id, retention, force).await)
     }
 
     /// The catalogue: every sku with its price.
@@ -361,33 +291,9 @@ impl Records for Db {
     }
 }
 
-/// Milliseconds since the epoch as a [`SystemTime`].
-pub fn to_system_time(t: UnixMillis) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(t.0)
-}
-
-/// A [`SystemTime`] as milliseconds since the epoch (0 before the epoch).
-pub fn from_system_time(t: SystemTime) -> UnixMillis {
-    let ms = t
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    UnixMillis(ms)
-}
-
-/// A duration in whole milliseconds, as statements take it.
-pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn time_round_trips_through_system_time() {
-        let t = UnixMillis(1_764_700_000_123);
-        assert_eq!(from_system_time(to_system_time(t)), t);
-    }
 
     #[test]
     fn token_hash_debug_hides_the_bytes() {

@@ -1,18 +1,9 @@
-//! Effects outside the database, delivered from a transactional outbox.
-//!
-//! A change and the message that asks for its outside effect (a charge at
-//! the payment provider) commit in one transaction; a [`Worker`] delivers
-//! the message later, at least once, and the downstream deduplicates the
-//! repeats by the key derived from the message's idempotency key
-//! ([`idemkey_core::downstream_key`]). "Once" ends where the downstream's
-//! own key retention ends: see docs/payments.md.
+//! The order service's outbox: its charge delivery to the payment provider
+//! and the `worker` and `outbox` commands. The outbox itself and its
+//! worker are the library's ([`idemkey::outbox`]).
 
 mod args;
 mod charge;
-mod metrics;
-mod worker;
 
 pub use args::{OutboxArgs, OutboxCommand, WorkerArgs};
 pub use charge::{CHARGE, charge_delivery};
-pub use metrics::OutboxMetrics;
-pub use worker::{Delivery, Worker, WorkerSettings};

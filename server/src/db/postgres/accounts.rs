@@ -10,7 +10,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
-use super::{PgDb, db_error};
+use idemkey::store::postgres::db_error;
 use crate::db::{
     AccountId, AccountSummary, DemoAccount, Revocation, StoreError, TokenHash, TokenId,
     TokenSummary, from_system_time,
@@ -27,8 +27,8 @@ const START_DEMO: &str = include_str!("sql/start_demo.sql");
 /// once find or create the same demo accounts.
 const DEMO_LOCK: i64 = 0x6964_656d_6b65_7902; // "idemkey" + 2
 
-impl PgDb {
-    pub(in crate::db) async fn create_account(
+impl super::PgOrders {
+    pub(crate) async fn create_account(
         &self,
         name: &str,
         token: TokenHash,
@@ -52,7 +52,7 @@ impl PgDb {
         Ok(AccountId(id))
     }
 
-    pub(in crate::db) async fn accounts(
+    pub(crate) async fn accounts(
         &self,
         selector: Option<&str>,
     ) -> Result<Vec<AccountSummary>, StoreError> {
@@ -64,7 +64,7 @@ impl PgDb {
         rows.iter().map(account_from_row).collect()
     }
 
-    pub(in crate::db) async fn create_token(
+    pub(crate) async fn create_token(
         &self,
         account: AccountId,
         id: TokenId,
@@ -81,7 +81,7 @@ impl PgDb {
         Ok(added == 1)
     }
 
-    pub(in crate::db) async fn tokens(
+    pub(crate) async fn tokens(
         &self,
         account: AccountId,
     ) -> Result<Vec<TokenSummary>, StoreError> {
@@ -102,7 +102,7 @@ impl PgDb {
             .collect()
     }
 
-    pub(in crate::db) async fn revoke_token(&self, id: TokenId) -> Result<Revocation, StoreError> {
+    pub(crate) async fn revoke_token(&self, id: TokenId) -> Result<Revocation, StoreError> {
         let client = self.client().await?;
         let Some(row) = client
             .query_typed(REVOKE_TOKEN, &[(&id.0, Type::UUID)])
@@ -122,7 +122,7 @@ impl PgDb {
         })
     }
 
-    pub(in crate::db) async fn start_demo(
+    pub(crate) async fn start_demo(
         &self,
         accounts: &[DemoAccount<'_>],
     ) -> Result<(Vec<AccountId>, u64), StoreError> {
@@ -177,7 +177,7 @@ impl PgDb {
         Ok((ids, revoked))
     }
 
-    pub(in crate::db) async fn mark_tokens_used(
+    pub(crate) async fn mark_tokens_used(
         &self,
         tokens: &[TokenHash],
     ) -> Result<u64, StoreError> {

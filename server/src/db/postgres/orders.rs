@@ -14,13 +14,13 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
-use super::records::read_from_row;
-use super::{PgDb, PgPooler, db_error, run_in_transaction};
+use idemkey::store::PgPooler;
+use idemkey::store::postgres::{db_error, read_from_row, run_in_transaction};
 use crate::db::{
     AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
     Price, Refusal, StoreError, TokenHash, from_system_time, millis, to_system_time,
 };
-use crate::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Scope, Step};
+use idemkey::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Scope, Step};
 
 const CREATE_ORDER: &str = include_str!("sql/create_order.sql");
 const INSERT_ORDER: &str = include_str!("sql/insert_order.sql");
@@ -29,12 +29,12 @@ const ORDER: &str = include_str!("sql/order.sql");
 const PRODUCTS: &str = include_str!("sql/products.sql");
 const RECENT_ORDERS: &str = include_str!("sql/recent_orders.sql");
 
-impl PgDb {
+impl super::PgOrders {
     /// `POST /orders`: the fused statement claims the key, inserts the order
     /// and stores its response in one round trip, or returns what the key
     /// holds; the engine answers from that, and only a take-over or a
     /// re-execution takes the transactional path.
-    pub(in crate::db) async fn create_order(
+    pub(crate) async fn create_order(
         &self,
         token: TokenHash,
         draft: &OrderDraft,
@@ -160,7 +160,7 @@ impl PgDb {
             },
         };
         let record_key = RecordKey {
-            scope: Scope::account(account),
+            scope: account.scope(),
             operation: draft.operation.clone(),
             key: draft.key.clone(),
         };
@@ -228,7 +228,7 @@ impl PgDb {
     }
 
     /// The catalogue: every sku with its price.
-    pub(in crate::db) async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
+    pub(crate) async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
         let client = self.client().await?;
         let rows = client.query(PRODUCTS, &[]).await.map_err(db_error)?;
         rows.iter()
@@ -244,7 +244,7 @@ impl PgDb {
             .collect()
     }
 
-    pub(in crate::db) async fn lookup(
+    pub(crate) async fn lookup(
         &self,
         token: TokenHash,
         operation: &OperationId,
@@ -262,7 +262,7 @@ impl PgDb {
         )
     }
 
-    pub(in crate::db) async fn order(
+    pub(crate) async fn order(
         &self,
         token: TokenHash,
         id: Uuid,
@@ -281,7 +281,7 @@ impl PgDb {
         Ok(Authed::Ok(order_from_row(row)?))
     }
 
-    pub(in crate::db) async fn recent_orders(
+    pub(crate) async fn recent_orders(
         &self,
         token: TokenHash,
         limit: u32,
@@ -316,7 +316,7 @@ fn is_reference_conflict(err: &tokio_postgres::Error) -> bool {
     })
 }
 
-impl PgDb {
+impl super::PgOrders {
     /// Runs one of the order route's statements on `client`: prepared once
     /// per connection, or unnamed behind a transaction pooler.
     async fn rows(
@@ -335,7 +335,7 @@ impl PgDb {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        match self.pooler {
+        match self.pooler() {
             PgPooler::None => {
                 let stmt = client.prepare_cached(sql).await?;
                 let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();

@@ -5,7 +5,7 @@ use idemkey_core::UnixMillis;
 use rusqlite::{OptionalExtension as _, Row, params};
 use uuid::Uuid;
 
-use super::{SqliteDb, immediate, sqlite_error};
+use idemkey::store::sqlite::{immediate, sqlite_error};
 use crate::db::{
     AccountId, AccountSummary, DemoAccount, Revocation, StoreError, TokenHash, TokenId,
     TokenSummary,
@@ -18,8 +18,8 @@ const REVOKE_TOKEN: &str = include_str!("sql/revoke_token.sql");
 const MARK_TOKEN_USED: &str = include_str!("sql/mark_token_used.sql");
 const START_DEMO: &str = include_str!("sql/start_demo.sql");
 
-impl SqliteDb {
-    pub(in crate::db) async fn create_account(
+impl super::SqliteOrders {
+    pub(crate) async fn create_account(
         &self,
         name: &str,
         token: TokenHash,
@@ -44,7 +44,7 @@ impl SqliteDb {
         Ok(AccountId(id))
     }
 
-    pub(in crate::db) async fn accounts(
+    pub(crate) async fn accounts(
         &self,
         selector: Option<&str>,
     ) -> Result<Vec<AccountSummary>, StoreError> {
@@ -79,7 +79,7 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn create_token(
+    pub(crate) async fn create_token(
         &self,
         account: AccountId,
         id: TokenId,
@@ -97,7 +97,7 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn tokens(
+    pub(crate) async fn tokens(
         &self,
         account: AccountId,
     ) -> Result<Vec<TokenSummary>, StoreError> {
@@ -128,7 +128,7 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn revoke_token(&self, id: TokenId) -> Result<Revocation, StoreError> {
+    pub(crate) async fn revoke_token(&self, id: TokenId) -> Result<Revocation, StoreError> {
         self.with_conn(move |conn| {
             let tx = immediate(conn)?;
             let id = id.0.to_string();
@@ -156,7 +156,7 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn start_demo(
+    pub(crate) async fn start_demo(
         &self,
         accounts: &[DemoAccount<'_>],
     ) -> Result<(Vec<AccountId>, u64), StoreError> {
@@ -206,7 +206,7 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn mark_tokens_used(
+    pub(crate) async fn mark_tokens_used(
         &self,
         tokens: &[TokenHash],
     ) -> Result<u64, StoreError> {

@@ -5,22 +5,18 @@ use idemkey_core::{Decision, IdempotencyKey, OperationId, UnixMillis};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use uuid::Uuid;
 
-use super::records::read_from_row;
-use super::transaction::run_in_savepoint;
-use super::{SqliteDb, SqliteRecords, sqlite_error};
+use idemkey::store::sqlite::{SqliteRecords, run_in_savepoint, sqlite_error};
 use crate::db::{
     AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
     Price, Refusal, StoreError, TokenHash,
 };
-use crate::idempotency::{Done, Outcome, Policy, Read, RecordKey, Scope};
+use idemkey::idempotency::{Done, Outcome, Policy, Read, RecordKey, Scope};
 
 const ACCOUNT: &str = include_str!("sql/account.sql");
-const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 const PRODUCTS: &str = include_str!("sql/products.sql");
 const REFERENCE_TAKEN: &str = include_str!("sql/reference_taken.sql");
 const INSERT_ORDER: &str = include_str!("sql/insert_order.sql");
 const ORDER: &str = include_str!("sql/order.sql");
-const READ: &str = include_str!("sql/read.sql");
 const RECENT_ORDERS: &str = include_str!("sql/recent_orders.sql");
 
 fn ms(t: UnixMillis) -> i64 {
@@ -48,30 +44,6 @@ impl From<rusqlite::Error> for OrderEffectError {
     fn from(err: rusqlite::Error) -> Self {
         Self::Store(sqlite_error(err))
     }
-}
-
-/// Puts an effect in the outbox, in the caller's open transaction `conn`:
-/// it is delivered only if that transaction commits.
-pub fn enqueue(
-    conn: &Connection,
-    key: &RecordKey,
-    effect: &str,
-    resource: Option<&str>,
-    payload: &str,
-) -> Result<(), StoreError> {
-    conn.prepare_cached(ENQUEUE)
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                key.scope.as_str(),
-                key.operation.as_str(),
-                key.key.as_str(),
-                effect,
-                resource,
-                payload
-            ])
-        })
-        .map(drop)
-        .map_err(sqlite_error)
 }
 
 /// The order's effect: the order with its amount, when its price is the
@@ -130,7 +102,7 @@ fn create_order_in(
         return Ok(Authed::Unauthorized);
     };
     let key = RecordKey {
-        scope: Scope::account(account),
+        scope: account.scope(),
         operation: draft.operation.clone(),
         key: draft.key.clone(),
     };
@@ -155,7 +127,7 @@ fn create_order_in(
         | Outcome::Rejected {
             decision: Decision::Reused,
             ..
-        } => Some((account, SqliteRecords(tx).read_now(&key)?)),
+        } => Some((account, SqliteRecords::new(tx).read_now(&key)?)),
         _ => None,
     };
     Ok(Authed::Ok(OrderAttempt::Answered(Box::new(OrderAnswer {
@@ -191,11 +163,11 @@ fn order_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Order> {
     })
 }
 
-impl SqliteDb {
+impl super::SqliteOrders {
     /// `POST /orders`: authenticate, then claim, insert the order and store
     /// its response in one savepoint of the next group-committed batch
     /// ([`super::group_commit`]), answered once the batch committed.
-    pub(in crate::db) async fn create_order(
+    pub(crate) async fn create_order(
         &self,
         token: TokenHash,
         draft: &OrderDraft,
@@ -203,34 +175,35 @@ impl SqliteDb {
     ) -> Result<Authed<OrderAttempt>, StoreError> {
         let (draft, policy) = (draft.clone(), *policy);
         let hold = crate::faults::Hold::current();
-        self.group
-            .submit(self.wait, move |tx| {
+        self.group_commit(move |tx| {
                 create_order_in(tx, token, &draft, &policy, hold.as_ref())
             })
             .await
     }
 
-    pub(in crate::db) async fn lookup(
+    pub(crate) async fn lookup(
         &self,
         token: TokenHash,
         operation: &OperationId,
         key: &IdempotencyKey,
     ) -> Result<Authed<Read>, StoreError> {
-        let (operation, key) = (operation.as_str().to_owned(), key.as_str().to_owned());
+        let (operation, key) = (operation.clone(), key.clone());
+        let db = idemkey::store::SqliteDb::clone(self);
         self.with_reader(move |conn| {
             let Some(account) = account_of(conn, token)? else {
                 return Ok(Authed::Unauthorized);
             };
-            let scope = account.0.to_string();
-            conn.prepare_cached(READ)
-                .and_then(|mut stmt| stmt.query_row(params![scope, operation, key], read_from_row))
-                .map(Authed::Ok)
-                .map_err(sqlite_error)
+            let key = RecordKey {
+                scope: account.scope(),
+                operation,
+                key,
+            };
+            db.records(conn).read_now(&key).map(Authed::Ok)
         })
         .await
     }
 
-    pub(in crate::db) async fn order(
+    pub(crate) async fn order(
         &self,
         token: TokenHash,
         id: Uuid,
@@ -254,7 +227,7 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn recent_orders(
+    pub(crate) async fn recent_orders(
         &self,
         token: TokenHash,
         limit: u32,
@@ -279,9 +252,9 @@ impl SqliteDb {
     }
 }
 
-impl SqliteDb {
+impl super::SqliteOrders {
     /// The catalogue: every sku with its price.
-    pub(in crate::db) async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
+    pub(crate) async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
         self.with_reader(|conn| {
             conn.prepare_cached(PRODUCTS)
                 .and_then(|mut stmt| {

@@ -1,0 +1,100 @@
+//! Durations as settings take them: `500ms`, `2s`, `15m`, `24h`, `30d`,
+//! parsed with an upper bound and written back the same way, and the bounds
+//! every setting of the library and its applications shares.
+
+use std::time::Duration;
+
+/// The longest duration any option takes (3650 days): replay windows,
+/// tombstone and Redis retention. Far from where `Instant`, tokio's timers
+/// or a PostgreSQL interval would overflow, so no setting can panic or
+/// fail a statement later.
+pub const MAX_DURATION: Duration = Duration::from_secs(3_650 * 86_400);
+
+/// The longest wait or timeout (1 hour): `--pool-wait`, `--lock-timeout`,
+/// `--statement-timeout` (PostgreSQL takes these two in milliseconds as a
+/// 32-bit integer, at most about 24 days), `--body-read-timeout`,
+/// `--shutdown-grace`, `--auth-cache-ttl` (the longest a revoked token can
+/// replay from a cache) and `--redis-wait-timeout`.
+pub const MAX_WAIT: Duration = Duration::from_secs(3_600);
+
+/// The longest period of background work or claim (1 day):
+/// `--trim-interval`, `--token-last-used-interval`, the fixture's `--lease`.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
+
+/// Parses `500ms`, `2s`, `15m`, `24h` or `30d` (a whole number and a unit),
+/// at most [`MAX_DURATION`]: the parser of every duration option without a
+/// tighter bound of its own ([`duration_at_most`]).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    parse_at_most(s, MAX_DURATION)
+}
+
+/// The parser of a duration option that takes at most `max`; clap's error
+/// then names the option, and this message the bound.
+pub fn duration_at_most(
+    max: Duration,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |s| parse_at_most(s, max)
+}
+
+fn parse_at_most(s: &str, max: Duration) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{s:?} needs a unit: ms, s, m, h or d (e.g. 24h)"))?;
+    let (number, unit) = s.split_at(split);
+    let too_long = || {
+        format!(
+            "{s:?} is longer than this option's upper bound of {}",
+            human_duration(max)
+        )
+    };
+    let n: u64 = match number.parse() {
+        Ok(n) => n,
+        // All digits but too many for a u64: longer than any bound.
+        Err(_) if !number.is_empty() => return Err(too_long()),
+        Err(_) => return Err(format!("{s:?} must start with a whole number (e.g. 15m)")),
+    };
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("unknown unit {other:?}: use ms, s, m, h or d")),
+    };
+    n.checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
+        .filter(|d| *d <= max)
+        .ok_or_else(too_long)
+}
+
+/// `2s`, `15m`, `24h`, `30d` or milliseconds, as the command line reads them.
+pub fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if d.subsec_nanos() != 0 || secs == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    for (unit, len) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
+        if secs.is_multiple_of(len) {
+            return format!("{}{unit}", secs / len);
+        }
+    }
+    format!("{secs}s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_round_trip_through_their_text() {
+        for text in ["500ms", "2s", "15m", "24h", "30d"] {
+            let d = parse_duration(text).unwrap();
+            assert_eq!(human_duration(d), text);
+        }
+        assert!(parse_duration("3651d").is_err());
+        assert!(duration_at_most(MAX_WAIT)("2h").is_err());
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("5w").is_err());
+    }
+}

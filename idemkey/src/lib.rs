@@ -1,0 +1,46 @@
+//! # idemkey
+//!
+//! `Idempotency-Key` for Rust HTTP services: a client keeps one key per
+//! logical operation, and a retry of a request whose response was lost
+//! replays the stored result instead of acting twice, across processes and
+//! restarts. Every rule (key syntax, fingerprint, decision table, problem
+//! documents) comes from [`idemkey_core`]; one engine ([`idempotency`])
+//! applies it for every front end over any [`Records`](idempotency::Records)
+//! store.
+//!
+//! Three ways in, each behind its features:
+//!
+//! | you want | use | features |
+//! |---|---|---|
+//! | effects outside your database (a call to another service), any axum/tower app | [`layer::IdempotencyLayer`] (lease mode) | `layer` + a store: `postgres`, `sqlite` or `redis` |
+//! | your effect and the key's result in **one** transaction of your database | [`in_transaction`] | `postgres` or `sqlite` |
+//! | an effect that leaves your database, delivered at least once and deduplicated downstream | [`outbox`] and its [`Worker`](outbox::Worker) | `outbox` + `postgres` or `sqlite` |
+//!
+//! `serve` adds a connection-capped accept loop, `clap` the settings'
+//! `ValueEnum`s.
+//!
+//! The library migrates only its own tables (`idempotency_records`, and
+//! `outbox` with that feature), optionally under a prefix
+//! ([`store::Tables`]); see [`store::migrations`].
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+pub mod idempotency;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub mod in_transaction;
+#[cfg(feature = "layer")]
+pub mod layer;
+#[cfg(feature = "serve")]
+pub mod load_shed;
+pub mod maintenance;
+pub mod metrics;
+#[cfg(feature = "outbox")]
+pub mod outbox;
+pub mod problems;
+pub mod request_id;
+#[cfg(feature = "serve")]
+pub mod serve;
+pub mod store;
+pub mod duration;
+
+pub use idempotency::Records;
+pub use store::{Db, StoreError};

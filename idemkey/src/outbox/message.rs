@@ -1,0 +1,193 @@
+//! The transactional outbox as the stores read and write it: messages
+//! claimed under a lease, settled by the lease's holder only, and the
+//! figures and listings operators look at.
+
+use std::time::Duration;
+
+use idemkey_core::{DownstreamKey, UnixMillis, downstream_key_of, instance_downstream_key_of};
+use uuid::Uuid;
+
+/// A message claimed for delivery: the effect, its payload and the key
+/// tuple its downstream key is derived from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxMessage {
+    /// Its id in the outbox.
+    pub id: i64,
+    /// The scope of the key it was written under (an account id).
+    pub scope: String,
+    /// The operation of that key.
+    pub operation: String,
+    /// That key.
+    pub key: String,
+    /// What to do: the name a delivery function is registered under.
+    pub effect: String,
+    /// The resource it belongs to (the order id of a `charge`).
+    pub resource_id: Option<String>,
+    /// What the delivery function needs (JSON).
+    pub payload: String,
+    /// Deliveries tried, this one included.
+    pub attempts: u32,
+    /// The downstream key recorded by an earlier attempt, if any.
+    pub sent_key: Option<String>,
+    /// The claim this delivery holds; settling needs it.
+    pub lease: Uuid,
+}
+
+impl OutboxMessage {
+    /// The key the downstream deduplicates this message by: derived from
+    /// the key tuple and this message's instance ([`Self::instance`]), so
+    /// every delivery of it, by any process, sends the same one, and a
+    /// second order of a re-executed key gets a key of its own.
+    ///
+    /// A message an earlier version already sent under the tuple-only key
+    /// ([`Self::legacy_downstream_key`], recorded in `sent_key`) keeps that
+    /// key: the downstream deduplicates its deliveries by it.
+    pub fn downstream_key(&self) -> DownstreamKey {
+        let legacy = self.legacy_downstream_key();
+        if self.sent_key.as_deref() == Some(legacy.as_str()) {
+            return legacy;
+        }
+        self.instance_downstream_key()
+    }
+
+    /// The per-instance key ([`instance_downstream_key_of`]), whatever an
+    /// earlier attempt sent.
+    pub fn instance_downstream_key(&self) -> DownstreamKey {
+        instance_downstream_key_of(
+            &self.scope,
+            &self.operation,
+            &self.key,
+            &self.effect,
+            &self.instance(),
+        )
+    }
+
+    /// The key versions before the per-instance one sent: derived from the
+    /// key tuple alone ([`downstream_key_of`]), so shared by every
+    /// execution of one key.
+    pub fn legacy_downstream_key(&self) -> DownstreamKey {
+        downstream_key_of(&self.scope, &self.operation, &self.key, &self.effect)
+    }
+
+    /// What tells this effect from another of the same key: its resource
+    /// (an order's id), or the message's own id when it has none.
+    pub fn instance(&self) -> String {
+        match &self.resource_id {
+            Some(resource) => resource.clone(),
+            None => format!("outbox:{}", self.id),
+        }
+    }
+
+    /// Whether the downstream may hold this effect under the tuple-only key
+    /// ([`Self::legacy_downstream_key`]): an earlier attempt recorded it, or
+    /// a worker claimed the message and never settled it (it may have been
+    /// an earlier version, which sent that key).
+    pub fn maybe_sent_legacy(&self) -> bool {
+        match &self.sent_key {
+            Some(sent) => sent == self.legacy_downstream_key().as_str(),
+            None => self.attempts > 1,
+        }
+    }
+
+    /// Whether an earlier attempt may have reached the downstream: it was
+    /// sent (or claimed by a worker that may have died while sending), so
+    /// this attempt looks the effect up before sending it again.
+    pub fn maybe_sent(&self) -> bool {
+        self.attempts > 1 || self.sent_key.is_some()
+    }
+}
+
+/// How a delivery attempt ends a message's claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settlement {
+    /// The downstream applied it; `result` is what it answered.
+    Delivered {
+        /// The downstream's answer (e.g. the charge id).
+        result: String,
+    },
+    /// The downstream refused it for good.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+    /// Try again after `after`, counted from the store's clock.
+    Retry {
+        /// How long to wait.
+        after: Duration,
+        /// What went wrong this time.
+        error: String,
+    },
+    /// The attempts ran out: dead-lettered for an operator.
+    Dead {
+        /// What went wrong last.
+        error: String,
+    },
+}
+
+impl Settlement {
+    /// The status the message gets.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Self::Delivered { .. } => "delivered",
+            Self::Failed { .. } => "failed",
+            Self::Retry { .. } => "pending",
+            Self::Dead { .. } => "dead",
+        }
+    }
+
+    /// `(result, last_error, delay ms)` as the settle statements take them.
+    pub(crate) fn columns(&self) -> (Option<&str>, Option<&str>, i64) {
+        match self {
+            Self::Delivered { result } => (Some(result), None, 0),
+            Self::Failed { reason } => (Some(reason), None, 0),
+            Self::Retry { after, error } => (None, Some(error), crate::store::millis(*after)),
+            Self::Dead { error } => (None, Some(error), 0),
+        }
+    }
+}
+
+/// The outbox at a glance, at the store's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutboxStats {
+    /// Messages not delivered yet.
+    pub pending: u64,
+    /// Age of the oldest of them, in milliseconds.
+    pub oldest_pending_ms: u64,
+    /// Messages whose attempts ran out.
+    pub dead: u64,
+}
+
+/// One message as an operator lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// Its id.
+    pub id: i64,
+    /// The key's scope.
+    pub scope: String,
+    /// The effect.
+    pub effect: String,
+    /// The resource (order id).
+    pub resource_id: Option<String>,
+    /// pending, delivered, failed or dead.
+    pub status: String,
+    /// Deliveries tried.
+    pub attempts: u32,
+    /// The downstream key recorded at the last attempt.
+    pub downstream_key: Option<String>,
+    /// The downstream's answer, or the refusal's reason.
+    pub result: Option<String>,
+    /// The last attempt's error.
+    pub last_error: Option<String>,
+    /// When it was written.
+    pub created_at: UnixMillis,
+}
+
+/// What sending messages back to pending came to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requeued {
+    /// Messages sent back to pending.
+    pub requeued: u64,
+    /// Messages left where they were because they are older than the
+    /// provider's key retention (and the retry was not forced), by id.
+    pub too_old: Vec<i64>,
+}

@@ -1,0 +1,17 @@
+//! Effects outside the database, delivered from a transactional outbox.
+//!
+//! A change and the message that asks for its outside effect (a charge at
+//! a payment provider, an e-mail) commit in one transaction
+//! ([`enqueue`](crate::in_transaction) on the open transaction); a
+//! [`Worker`] delivers the message later, at least once, and the
+//! downstream deduplicates the repeats by the key derived from the
+//! message's idempotency key ([`message::OutboxMessage::downstream_key`]).
+//! "Once" ends where the downstream's own key retention ends.
+
+pub mod message;
+mod metrics;
+mod worker;
+
+pub use message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
+pub use metrics::OutboxMetrics;
+pub use worker::{Delivery, MAX_RETRY_AFTER, Worker, WorkerSettings};

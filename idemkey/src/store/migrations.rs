@@ -1,0 +1,106 @@
+//! Versioned migrations with their bookkeeping in `idemkey_migrations`:
+//! one row per `(component, version)` applied.
+//!
+//! The library migrates only its own components: `records` (the records
+//! table) and, with the `outbox` feature, `outbox`. An application may run
+//! its own components through the same runner
+//! ([`Db::migrate_with`](super::Db::migrate_with)): they share the
+//! bookkeeping, the lock that serialises processes starting at once, and
+//! `/readyz`'s view of what is pending ([`Db::pending_migrations`](super::Db::pending_migrations)).
+//!
+//! A table created before this bookkeeping existed (by an earlier version
+//! that kept one `schema_migrations` list for everything) is **adopted**:
+//! when a migration's [`Adopt`] table already exists with its marker
+//! column, the migration is recorded as applied without running. A table
+//! of that name without the column is someone else's, and opening fails
+//! with [`StoreError::Corrupt`](super::StoreError::Corrupt) rather than
+//! writing into it (choose a [`Tables`](super::Tables) prefix then).
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// A table whose presence means a migration's work is already done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Adopt {
+    /// The table's default name (renamed by the store's prefix when it is
+    /// one of the library's).
+    pub table: &'static str,
+    /// A column that only the migration's own version of the table has.
+    pub column: &'static str,
+}
+
+/// One migration of one component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Migration {
+    /// Whose tables these are (`records`, `outbox`, or an application's).
+    pub component: &'static str,
+    /// Applied in increasing order within the component, each once.
+    pub version: i32,
+    /// A short name, for logs and the bookkeeping row.
+    pub name: &'static str,
+    /// The statements, written with the default table names.
+    pub sql: &'static str,
+    /// Recorded as applied without running when this table exists.
+    pub adopt: Option<Adopt>,
+}
+
+impl Migration {
+    /// `component/version`, as `/readyz` lists pending migrations.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.component, self.version)
+    }
+}
+
+/// Every migration a store was asked to apply, so that its readiness check
+/// knows what this build needs.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Known(Arc<Mutex<Vec<Migration>>>);
+
+impl Known {
+    /// Remembers `list` (once per component and version).
+    pub(crate) fn add(&self, list: &[Migration]) {
+        let mut known = self.0.lock();
+        for m in list {
+            if !known
+                .iter()
+                .any(|k| k.component == m.component && k.version == m.version)
+            {
+                known.push(*m);
+            }
+        }
+    }
+
+    /// Every migration remembered.
+    pub(crate) fn all(&self) -> Vec<Migration> {
+        self.0.lock().clone()
+    }
+}
+
+/// The library's own migrations, given a backend's statements for each
+/// (the outbox's only with the `outbox` feature).
+pub(crate) fn library(records: &'static str, outbox: &'static str) -> Vec<Migration> {
+    let mut list = vec![Migration {
+        component: "records",
+        version: 1,
+        name: "records",
+        sql: records,
+        adopt: Some(Adopt {
+            table: "idempotency_records",
+            column: "claim",
+        }),
+    }];
+    if cfg!(feature = "outbox") {
+        list.push(Migration {
+            component: "outbox",
+            version: 1,
+            name: "outbox",
+            sql: outbox,
+            adopt: Some(Adopt {
+                table: "outbox",
+                column: "downstream_key",
+            }),
+        });
+    }
+    list
+}

@@ -1,0 +1,171 @@
+//! The outbox's statements on PostgreSQL: enqueue in a caller's
+//! transaction, claim with `FOR UPDATE SKIP LOCKED` under a lease, settle
+//! under that lease, and the operator's figures and listings.
+
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::{GenericClient, Row};
+use uuid::Uuid;
+
+use super::{PgDb, db_error};
+use crate::outbox::message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
+use crate::store::{StoreError, from_system_time, millis};
+use crate::idempotency::RecordKey;
+
+const ENQUEUE: &str = include_str!("sql/enqueue.sql");
+const CLAIM: &str = include_str!("sql/outbox_claim.sql");
+const SETTLE: &str = include_str!("sql/outbox_settle.sql");
+const STATS: &str = include_str!("sql/outbox_stats.sql");
+const LIST: &str = include_str!("sql/outbox_list.sql");
+const RETRY: &str = include_str!("sql/outbox_retry.sql");
+
+/// Puts an effect in the outbox, in the caller's open transaction `tx`.
+pub async fn enqueue(
+    tx: &impl GenericClient,
+    key: &RecordKey,
+    effect: &str,
+    resource: Option<&str>,
+    payload: &str,
+) -> Result<(), StoreError> {
+    tx.execute(
+        ENQUEUE,
+        &[
+            &key.scope.as_str(),
+            &key.operation.as_str(),
+            &key.key.as_str(),
+            &effect,
+            &resource,
+            &payload,
+        ],
+    )
+    .await
+    .map(drop)
+    .map_err(db_error)
+}
+
+fn message_from_row(row: &Row, lease: Uuid) -> Result<OutboxMessage, StoreError> {
+    let attempts: i32 = row.try_get("attempts").map_err(db_error)?;
+    Ok(OutboxMessage {
+        id: row.try_get("id").map_err(db_error)?,
+        scope: row.try_get("scope").map_err(db_error)?,
+        operation: row.try_get("operation").map_err(db_error)?,
+        key: row.try_get("key").map_err(db_error)?,
+        effect: row.try_get("effect").map_err(db_error)?,
+        resource_id: row.try_get("resource_id").map_err(db_error)?,
+        payload: row.try_get("payload").map_err(db_error)?,
+        attempts: u32::try_from(attempts).unwrap_or(0),
+        sent_key: row.try_get("downstream_key").map_err(db_error)?,
+        lease,
+    })
+}
+
+impl PgDb {
+    pub(crate) async fn claim_outbox(
+        &self,
+        effects: &[String],
+        limit: u32,
+        lease_for: Duration,
+    ) -> Result<Vec<OutboxMessage>, StoreError> {
+        let client = self.client().await?;
+        let lease = Uuid::new_v4();
+        let rows = client
+            .query(
+                &*self.tables.render_static(CLAIM),
+                &[&i64::from(limit), &millis(lease_for), &lease, &effects],
+            )
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|row| message_from_row(row, lease))
+            .collect()
+    }
+
+    pub(crate) async fn settle_outbox(
+        &self,
+        message: &OutboxMessage,
+        sent_key: Option<&str>,
+        settlement: &Settlement,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let (result, error, delay) = settlement.columns();
+        let n = client
+            .execute(
+                &*self.tables.render_static(SETTLE),
+                &[
+                    &message.id,
+                    &message.lease,
+                    &settlement.status(),
+                    &result,
+                    &error,
+                    &delay,
+                    &sent_key,
+                    &message.scope,
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(n == 1)
+    }
+
+    pub(crate) async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+        let client = self.client().await?;
+        let row = client.query_one(&*self.tables.render_static(STATS), &[]).await.map_err(db_error)?;
+        let count = |name| -> Result<u64, StoreError> {
+            let n: Option<i64> = row.try_get(name).map_err(db_error)?;
+            Ok(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
+        };
+        Ok(OutboxStats {
+            pending: count("pending")?,
+            oldest_pending_ms: count("oldest_ms")?,
+            dead: count("dead")?,
+        })
+    }
+
+    pub(crate) async fn outbox_list(
+        &self,
+        status: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(&*self.tables.render_static(LIST), &[&status, &i64::from(limit)])
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                let attempts: i32 = row.try_get("attempts").map_err(db_error)?;
+                let created: SystemTime = row.try_get("created_at").map_err(db_error)?;
+                Ok(OutboxEntry {
+                    id: row.try_get("id").map_err(db_error)?,
+                    scope: row.try_get("scope").map_err(db_error)?,
+                    effect: row.try_get("effect").map_err(db_error)?,
+                    resource_id: row.try_get("resource_id").map_err(db_error)?,
+                    status: row.try_get("status").map_err(db_error)?,
+                    attempts: u32::try_from(attempts).unwrap_or(0),
+                    downstream_key: row.try_get("downstream_key").map_err(db_error)?,
+                    result: row.try_get("result").map_err(db_error)?,
+                    last_error: row.try_get("last_error").map_err(db_error)?,
+                    created_at: from_system_time(created),
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn outbox_retry(
+        &self,
+        id: Option<i64>,
+        retention: Duration,
+        force: bool,
+    ) -> Result<Requeued, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(&*self.tables.render_static(RETRY), &[&id, &millis(retention), &force])
+            .await
+            .map_err(db_error)?;
+        let requeued: i64 = row.try_get("requeued").map_err(db_error)?;
+        Ok(Requeued {
+            requeued: u64::try_from(requeued).unwrap_or(0),
+            too_old: row.try_get("too_old").map_err(db_error)?,
+        })
+    }
+}

@@ -1,0 +1,328 @@
+//! The records store on PostgreSQL: [`PgRecords`] over any client or open
+//! transaction, and the pool's own [`Records`] (each call one autocommit
+//! statement, so a lease-mode claim is committed before its effect runs).
+//!
+//! Statements go with their parameter types (`query_typed`): one round trip
+//! each, with no separate prepare, on a pooled connection or on a caller's.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
+
+use idemkey_core::{Fingerprint, UnixMillis};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{GenericClient, Row};
+use uuid::Uuid;
+
+use super::{PgDb, db_error};
+use crate::store::{StoreError, Tables, from_system_time, millis};
+use crate::idempotency::{
+    ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
+    state_name, stored_from_columns,
+};
+
+const CLAIM: &str = include_str!("sql/claim.sql");
+const READ: &str = include_str!("sql/read.sql");
+const TAKE_OVER: &str = include_str!("sql/take_over.sql");
+const COMPLETE: &str = include_str!("sql/complete.sql");
+const RELEASE: &str = include_str!("sql/release.sql");
+const TRIM: &str = include_str!("sql/trim.sql");
+
+/// The records statements, with the store's table names.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    claim: Cow<'static, str>,
+    read: Cow<'static, str>,
+    take_over: Cow<'static, str>,
+    complete: Cow<'static, str>,
+    release: Cow<'static, str>,
+    trim: Cow<'static, str>,
+}
+
+impl Statements {
+    pub(crate) fn new(tables: &Tables) -> Self {
+        Self {
+            claim: tables.render_static(CLAIM),
+            read: tables.render_static(READ),
+            take_over: tables.render_static(TAKE_OVER),
+            complete: tables.render_static(COMPLETE),
+            release: tables.render_static(RELEASE),
+            trim: tables.render_static(TRIM),
+        }
+    }
+}
+
+static DEFAULT_STATEMENTS: LazyLock<Statements> =
+    LazyLock::new(|| Statements::new(&Tables::default()));
+
+/// The records of one client or open transaction.
+#[derive(Debug)]
+pub struct PgRecords<'a, C> {
+    client: &'a C,
+    sql: &'a Statements,
+}
+
+impl<'a, C> PgRecords<'a, C> {
+    /// The records of `client` (a connection or an open transaction), in
+    /// the tables of the default names.
+    pub fn new(client: &'a C) -> Self {
+        Self {
+            client,
+            sql: &DEFAULT_STATEMENTS,
+        }
+    }
+
+    /// The records of `client` in the tables `db` uses (its prefix).
+    pub fn of(db: &'a PgDb, client: &'a C) -> Self {
+        Self {
+            client,
+            sql: &db.sql,
+        }
+    }
+}
+
+type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
+impl<C: GenericClient + Sync> PgRecords<'_, C> {
+    async fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError> {
+        self.client.query_typed(sql, params).await.map_err(db_error)
+    }
+}
+
+impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
+    async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
+        let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
+        let fingerprint = &claim.fingerprint.as_bytes()[..];
+        let lease = millis(claim.lease);
+        let inserted = self
+            .rows(
+                &self.sql.claim,
+                &[
+                    (&scope, Type::TEXT),
+                    (&operation, Type::TEXT),
+                    (&k, Type::TEXT),
+                    (&fingerprint, Type::BYTEA),
+                    (&claim.token.0, Type::UUID),
+                    (&lease, Type::INT8),
+                ],
+            )
+            .await?;
+        if inserted.is_empty() {
+            Ok(Claimed::Taken(self.read(key).await?))
+        } else {
+            Ok(Claimed::Won)
+        }
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
+        let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
+        let rows = self
+            .rows(
+                &self.sql.read,
+                &[
+                    (&scope, Type::TEXT),
+                    (&operation, Type::TEXT),
+                    (&k, Type::TEXT),
+                ],
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Unavailable("read returned no row".into()))?;
+        read_from_row(row)
+    }
+
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        previous: &Record,
+        claim: &NewClaim,
+    ) -> Result<bool, StoreError> {
+        let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
+        let fingerprint = &claim.fingerprint.as_bytes()[..];
+        let lease = millis(claim.lease);
+        let state = state_name(&previous.stored);
+        let rows = self
+            .client
+            .execute_typed(
+                &*self.sql.take_over,
+                &[
+                    (&scope, Type::TEXT),
+                    (&operation, Type::TEXT),
+                    (&k, Type::TEXT),
+                    (&fingerprint, Type::BYTEA),
+                    (&claim.token.0, Type::UUID),
+                    (&lease, Type::INT8),
+                    (&previous.token.0, Type::UUID),
+                    (&state, Type::TEXT),
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows == 1)
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: ClaimToken,
+        response: &StoredResponse,
+        replay_ttl: Duration,
+        resource_id: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
+        let replay = millis(replay_ttl);
+        let status = i32::from(response.status);
+        let headers = response.headers_json();
+        let body = response.body.as_deref();
+        let rows = self
+            .client
+            .execute_typed(
+                &*self.sql.complete,
+                &[
+                    (&scope, Type::TEXT),
+                    (&operation, Type::TEXT),
+                    (&k, Type::TEXT),
+                    (&token.0, Type::UUID),
+                    (&replay, Type::INT8),
+                    (&status, Type::INT4),
+                    (&headers, Type::TEXT),
+                    (&body, Type::BYTEA),
+                    (&resource_id, Type::TEXT),
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows == 1)
+    }
+
+    async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
+        let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
+        let rows = self
+            .client
+            .execute_typed(
+                &*self.sql.release,
+                &[
+                    (&scope, Type::TEXT),
+                    (&operation, Type::TEXT),
+                    (&k, Type::TEXT),
+                    (&token.0, Type::UUID),
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows == 1)
+    }
+
+    async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
+        let (retention, batch) = (millis(retention), i64::from(batch));
+        let rows = self
+            .rows(&self.sql.trim, &[(&retention, Type::INT8), (&batch, Type::INT8)])
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Unavailable("trim returned no row".into()))?;
+        let trimmed: i64 = row.try_get("trimmed").map_err(db_error)?;
+        let deleted: i64 = row.try_get("deleted").map_err(db_error)?;
+        Ok(TrimReport {
+            trimmed: trimmed.unsigned_abs(),
+            deleted: deleted.unsigned_abs(),
+        })
+    }
+}
+
+/// The pool's records: each call takes a connection for one statement.
+impl Records for PgDb {
+    async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
+        let client = self.client().await?;
+        PgRecords::of(self, &**client).claim(key, claim).await
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
+        let client = self.client().await?;
+        PgRecords::of(self, &**client).read(key).await
+    }
+
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        previous: &Record,
+        claim: &NewClaim,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        PgRecords::of(self, &**client).take_over(key, previous, claim).await
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: ClaimToken,
+        response: &StoredResponse,
+        replay_ttl: Duration,
+        resource_id: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        PgRecords::of(self, &**client)
+            .complete(key, token, response, replay_ttl, resource_id)
+            .await
+    }
+
+    async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        PgRecords::of(self, &**client).release(key, token).await
+    }
+
+    async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
+        let client = self.client().await?;
+        PgRecords::of(self, &**client).trim(retention, batch).await
+    }
+}
+
+/// Reads the store's clock and the record (if any) from a row that selects
+/// `now` and the records table's columns by name (as `read.sql` does):
+/// for statements of your own that read a record with your data.
+pub fn read_from_row(row: &Row) -> Result<Read, StoreError> {
+    let bad = |what: &str| StoreError::Corrupt(format!("malformed record row: {what}"));
+    let now: SystemTime = row.try_get("now").map_err(|_| bad("now"))?;
+    let now = from_system_time(now);
+    let fingerprint: Option<Vec<u8>> =
+        row.try_get("fingerprint").map_err(|_| bad("fingerprint"))?;
+    let Some(fingerprint) = fingerprint else {
+        return Ok(Read { now, record: None });
+    };
+    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
+        .map(Fingerprint::from_bytes)
+        .map_err(|_| bad("fingerprint length"))?;
+    let token: Uuid = row.try_get("claim").map_err(|_| bad("claim"))?;
+    let state: String = row.try_get("status").map_err(|_| bad("status"))?;
+    let time = |name: &str| -> Result<Option<UnixMillis>, StoreError> {
+        let t: Option<SystemTime> = row.try_get(name).map_err(|_| bad(name))?;
+        Ok(t.map(from_system_time))
+    };
+    let (lease_until, replay_until) = (time("lease_until")?, time("replay_until")?);
+    let created_at = time("created_at")?.unwrap_or(now);
+    let status: Option<i32> = row.try_get("response_status").map_err(|_| bad("status"))?;
+    let headers: Option<String> = row
+        .try_get("response_headers")
+        .map_err(|_| bad("headers"))?;
+    let body: Option<Vec<u8>> = row.try_get("response_body").map_err(|_| bad("body"))?;
+    let response = match status {
+        Some(status) => Some(StoredResponse {
+            status: u16::try_from(status).map_err(|_| bad("response status"))?,
+            headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
+            body: body.map(Into::into),
+        }),
+        None => None,
+    };
+    Ok(Read {
+        now,
+        record: Some(Record {
+            stored: stored_from_columns(&state, fingerprint, lease_until, replay_until),
+            token: ClaimToken(token),
+            response,
+            resource_id: row.try_get("resource_id").map_err(|_| bad("resource"))?,
+            created_at,
+            replay_until,
+        }),
+    })
+}

@@ -1,0 +1,201 @@
+//! The outbox's statements on SQLite: claim under a lease, settle under
+//! that lease, and the operator's figures and listings. (Enqueueing runs in
+//! the caller's transaction: [`super::orders::enqueue`].)
+
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+use uuid::Uuid;
+
+use super::{SqliteDb, immediate, sqlite_error};
+use crate::outbox::message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
+use crate::idempotency::RecordKey;
+use crate::store::{StoreError, millis};
+use idemkey_core::UnixMillis;
+
+const ENQUEUE: &str = include_str!("sql/enqueue.sql");
+const CLAIM: &str = include_str!("sql/outbox_claim.sql");
+const SETTLE: &str = include_str!("sql/outbox_settle.sql");
+const STATS: &str = include_str!("sql/outbox_stats.sql");
+const LIST: &str = include_str!("sql/outbox_list.sql");
+const RETRY: &str = include_str!("sql/outbox_retry.sql");
+const RETRY_TOO_OLD: &str = include_str!("sql/outbox_retry_too_old.sql");
+
+/// How long the figures wait for the connection before giving up.
+const STATS_WAIT: Duration = Duration::from_millis(200);
+
+/// Puts an effect in the outbox, in the caller's open transaction `conn`:
+/// it is delivered only if that transaction commits.
+pub fn enqueue(
+    conn: &Connection,
+    key: &RecordKey,
+    effect: &str,
+    resource: Option<&str>,
+    payload: &str,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(ENQUEUE)
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                key.scope.as_str(),
+                key.operation.as_str(),
+                key.key.as_str(),
+                effect,
+                resource,
+                payload
+            ])
+        })
+        .map(drop)
+        .map_err(sqlite_error)
+}
+
+impl SqliteDb {
+    pub(crate) async fn claim_outbox(
+        &self,
+        effects: &[String],
+        limit: u32,
+        lease_for: Duration,
+    ) -> Result<Vec<OutboxMessage>, StoreError> {
+        let effects = serde_json::to_string(effects).unwrap_or_default();
+        let lease_ms = millis(lease_for);
+        let tables = self.tables.clone();
+        self.with_conn(move |conn| {
+            let lease = Uuid::new_v4();
+            let tx = immediate(conn)?;
+            let messages = tx
+                .prepare_cached(&tables.render_static(CLAIM))
+                .and_then(|mut stmt| {
+                    stmt.query_map(
+                        params![i64::from(limit), lease_ms, lease.to_string(), effects],
+                        |row| {
+                            let attempts: i64 = row.get(7)?;
+                            Ok(OutboxMessage {
+                                id: row.get(0)?,
+                                scope: row.get(1)?,
+                                operation: row.get(2)?,
+                                key: row.get(3)?,
+                                effect: row.get(4)?,
+                                resource_id: row.get(5)?,
+                                payload: row.get(6)?,
+                                attempts: u32::try_from(attempts).unwrap_or(0),
+                                sent_key: row.get(8)?,
+                                lease,
+                            })
+                        },
+                    )?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(sqlite_error)?;
+            tx.commit().map_err(sqlite_error)?;
+            Ok(messages)
+        })
+        .await
+    }
+
+    pub(crate) async fn settle_outbox(
+        &self,
+        message: &OutboxMessage,
+        sent_key: Option<&str>,
+        settlement: &Settlement,
+    ) -> Result<bool, StoreError> {
+        let (id, lease, status) = (message.id, message.lease.to_string(), settlement.status());
+        let (result, error, delay) = settlement.columns();
+        let (result, error) = (result.map(str::to_owned), error.map(str::to_owned));
+        let sent_key = sent_key.map(str::to_owned);
+        let tables = self.tables.clone();
+        self.with_conn(move |conn| {
+            conn.prepare_cached(&tables.render_static(SETTLE))
+                .and_then(|mut stmt| {
+                    stmt.execute(params![id, lease, status, result, error, delay, sent_key])
+                })
+                .map(|n| n == 1)
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(crate) async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+        // For /metrics: never queue behind requests for the one connection.
+        let tables = self.tables.clone();
+        self.with_reader_within(STATS_WAIT, move |conn| {
+            conn.prepare_cached(&tables.render_static(STATS))
+                .and_then(|mut stmt| {
+                    stmt.query_row([], |row| {
+                        let count = |i| -> rusqlite::Result<u64> {
+                            let n: Option<i64> = row.get(i)?;
+                            Ok(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
+                        };
+                        Ok(OutboxStats {
+                            pending: count(0)?,
+                            oldest_pending_ms: count(1)?,
+                            dead: count(2)?,
+                        })
+                    })
+                })
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(crate) async fn outbox_list(
+        &self,
+        status: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
+        let status = status.map(str::to_owned);
+        let tables = self.tables.clone();
+        self.with_conn(move |conn| {
+            conn.prepare_cached(&tables.render_static(LIST))
+                .and_then(|mut stmt| {
+                    stmt.query_map(params![status, i64::from(limit)], |row| {
+                        let attempts: i64 = row.get(5)?;
+                        let created: i64 = row.get(9)?;
+                        Ok(OutboxEntry {
+                            id: row.get(0)?,
+                            scope: row.get(1)?,
+                            effect: row.get(2)?,
+                            resource_id: row.get(3)?,
+                            status: row.get(4)?,
+                            attempts: u32::try_from(attempts).unwrap_or(0),
+                            downstream_key: row.get(6)?,
+                            result: row.get(7)?,
+                            last_error: row.get(8)?,
+                            created_at: UnixMillis(u64::try_from(created).unwrap_or(0)),
+                        })
+                    })?
+                    .collect()
+                })
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(crate) async fn outbox_retry(
+        &self,
+        id: Option<i64>,
+        retention: Duration,
+        force: bool,
+    ) -> Result<Requeued, StoreError> {
+        let retention = millis(retention);
+        let tables = self.tables.clone();
+        self.with_conn(move |conn| {
+            let tx = immediate(conn)?;
+            let too_old = tx
+                .prepare_cached(&tables.render_static(RETRY_TOO_OLD))
+                .and_then(|mut stmt| {
+                    stmt.query_map(params![id, retention, force], |row| row.get(0))?
+                        .collect::<rusqlite::Result<Vec<i64>>>()
+                })
+                .map_err(sqlite_error)?;
+            let requeued = tx
+                .prepare_cached(&tables.render_static(RETRY))
+                .and_then(|mut stmt| stmt.execute(params![id, retention, force]))
+                .map_err(sqlite_error)?;
+            tx.commit().map_err(sqlite_error)?;
+            Ok(Requeued {
+                requeued: requeued as u64,
+                too_old,
+            })
+        })
+        .await
+    }
+}
