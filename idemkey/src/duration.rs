@@ -82,6 +82,24 @@ pub fn human_duration(d: Duration) -> String {
     format!("{secs}s")
 }
 
+/// RFC 3339 in UTC with milliseconds, e.g. `2026-12-02T17:49:54.123Z`.
+pub fn rfc3339(t: idemkey_core::UnixMillis) -> String {
+    let nanos = i128::from(t.0) * 1_000_000;
+    match time::OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+        Ok(dt) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            dt.year(),
+            u8::from(dt.month()),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second(),
+            dt.millisecond()
+        ),
+        Err(_) => "9999-12-31T23:59:59.999Z".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +114,15 @@ mod tests {
         assert!(duration_at_most(MAX_WAIT)("2h").is_err());
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("5w").is_err());
+    }
+
+    #[test]
+    fn rfc3339_has_millis_and_utc() {
+        use idemkey_core::UnixMillis;
+        assert_eq!(rfc3339(UnixMillis(0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339(UnixMillis(1_764_700_000_123)),
+            "2025-12-02T18:26:40.123Z"
+        );
     }
 }

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod problems;
 pub mod request_id;
+pub mod request_log;
 #[cfg(feature = "serve")]
 pub mod serve;
 pub mod store;

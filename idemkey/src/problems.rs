@@ -6,6 +6,7 @@
 //! no SQL, stack trace or internal message ever reaches a client.
 
 use axum::body::Body;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idemkey_core::Problem;
@@ -121,6 +122,17 @@ impl IntoResponse for ApiError {
         problem_response(&self.to_problem())
     }
 }
+
+/// A JSON response with `status` and `body`.
+pub fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
 
 #[cfg(test)]
 mod tests {

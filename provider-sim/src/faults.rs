@@ -17,12 +17,12 @@ use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 use tracing::warn;
 
-use crate::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
-use crate::serve::ConnectionControl;
+use idemkey::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
+use idemkey::serve::ConnectionControl;
 
 /// The switches and the random sequence they draw from.
 #[derive(Debug)]
-pub(super) struct Faults {
+pub(crate) struct Faults {
     fail_rate: f64,
     lose_rate: f64,
     latency: Duration,
@@ -51,7 +51,7 @@ struct Draw {
 
 impl Faults {
     /// Switches drawing from the sequence of `seed`.
-    pub(super) fn new(fail_rate: f64, lose_rate: f64, latency: Duration, seed: u64) -> Self {
+    pub(crate) fn new(fail_rate: f64, lose_rate: f64, latency: Duration, seed: u64) -> Self {
         Self {
             fail_rate,
             lose_rate,
@@ -62,7 +62,7 @@ impl Faults {
     }
 
     /// The one-shot switch of these faults.
-    pub(super) fn lose_next(self: &Arc<Self>) -> LoseNext {
+    pub(crate) fn lose_next(self: &Arc<Self>) -> LoseNext {
         LoseNext(Arc::clone(self))
     }
 
@@ -87,7 +87,7 @@ fn faulty(request: &Request) -> bool {
 /// 503 with `Retry-After` before anything happens at `--fail-rate`, and at
 /// `--lose-rate` (or when [`LoseNext`] is armed) lets a charge commit and
 /// its response be stored, then closes the connection without answering.
-pub(super) async fn inject(
+pub(crate) async fn inject(
     State(faults): State<Arc<Faults>>,
     request: Request,
     next: Next,

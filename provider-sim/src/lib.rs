@@ -1,6 +1,6 @@
-//! `idemkey-server provider`: a payment provider **simulator** for tests and
-//! the demo, not a payment service. Real HTTP, its charges in its own table
-//! ([`crate::db::Charge`]), and our own
+//! A payment provider **simulator** for idemkey's tests and demo (run as
+//! `idemkey-server provider`), not a payment service. Real HTTP, its
+//! charges in its own table ([`store::Charge`]), and the library's
 //! [`IdempotencyLayer`] in front of `POST /charges`, so it deduplicates by
 //! the key a client sends exactly as a real provider promises to.
 //!
@@ -17,7 +17,7 @@
 //! charges are scoped by the hex SHA-256 of its secret: another secret sees
 //! none of them and cannot replay them. The secret is never stored or logged.
 //!
-//! Faults, on purpose (`payments/faults.rs`): `--fail-rate` answers 503 with
+//! Faults, on purpose ([`faults`]): `--fail-rate` answers 503 with
 //! `Retry-After` before any effect; `--lose-rate` lets the charge commit and
 //! its response be stored, then closes the connection without an answer;
 //! `--latency-ms` sleeps before every request; amounts listed in
@@ -47,14 +47,16 @@ use sha2::{Digest as _, Sha256};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::{info, warn};
 
-pub use super::faults::LoseNext;
-use super::faults::{Faults, inject};
-use crate::config::parse_duration;
-use crate::db::{CHARGES_NEED_SQL, Charge, ChargeWrite, Db, NewCharge, PgSettings, RequestKind};
-use crate::layer::IdempotencyLayer;
-use crate::problems::{ApiError, problem_response};
-use crate::routes::{json_response, rfc3339};
-use crate::serve::{serve, shutdown_signal};
+pub mod faults;
+pub mod store;
+
+pub use faults::LoseNext;
+use faults::{Faults, inject};
+use idemkey::duration::{parse_duration, rfc3339};
+use idemkey::layer::IdempotencyLayer;
+use idemkey::problems::{ApiError, json_response, problem_response};
+use idemkey::serve::{serve, shutdown_signal};
+use store::{Charge, ChargeWrite, Db, NewCharge, RequestKind};
 
 /// The operation of the provider's idempotency records.
 pub const CHARGE_OPERATION: OperationId = OperationId::from_static("provider-charge:v1");
@@ -195,7 +197,7 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
         Duration::from_millis(args.latency_ms),
         seed,
     ));
-    let idempotent = IdempotencyLayer::new(db, |parts| {
+    let idempotent = IdempotencyLayer::new(db.store(), |parts| {
         parts.extensions.get::<Caller>().map(|c| c.0.clone())
     })
     .operation(CHARGE_OPERATION)
@@ -222,7 +224,7 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
         .fallback(|| async { problem_response(&Problem::not_found()) })
         .method_not_allowed_fallback(|| async { problem_response(&Problem::method_not_allowed()) })
         .with_state(provider)
-        .layer(from_fn(crate::telemetry::log_requests))
+        .layer(from_fn(idemkey::request_log::log_requests))
         .layer(SetResponseHeaderLayer::overriding(
             CACHE_CONTROL,
             HeaderValue::from_static("no-store"),
@@ -239,21 +241,18 @@ pub async fn run(args: ProviderArgs) -> Result<(), String> {
             args.bind
         ));
     }
-    let db = Db::open(&args.database_url, &PgSettings::default())
+    let db = Db::open(&args.database_url)
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
-    if db.lease_only() {
-        return Err(format!("cannot use this database here: {CHARGES_NEED_SQL}"));
-    }
     let seed = match args.fault_seed {
         Some(seed) => seed,
         None => random_seed()?,
     };
     let (app, _) = router(db.clone(), &args, seed);
-    let (listener, local) = crate::serve::bind(args.bind).await?;
+    let (listener, local) = idemkey::serve::bind(args.bind).await?;
     info!(
         address = %local,
-        backend = db.backend(),
+        backend = db.store().backend(),
         secrets = args.tokens.len(),
         fail_rate = args.fail_rate,
         lose_rate = args.lose_rate,
@@ -265,7 +264,7 @@ pub async fn run(args: ProviderArgs) -> Result<(), String> {
     serve(listener, app, shutdown_signal(), Duration::from_secs(5))
         .await
         .map_err(|e| format!("server error: {e}"))?;
-    db.close();
+    db.store().close();
     info!("stopped");
     Ok(())
 }

@@ -6,7 +6,8 @@
 use idemkey_server::auth::NewToken;
 use idemkey_server::config::{AccountCommand, TokenCommand};
 use idemkey_server::db::{AccountId, AccountSummary, Db, DemoAccount, Revocation, TokenId};
-use idemkey_server::routes::{DemoAccounts, rfc3339};
+use idemkey::duration::rfc3339;
+use idemkey_server::routes::DemoAccounts;
 use tracing::info;
 
 use crate::{cli_settings, open_store};

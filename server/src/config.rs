@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use idemkey_core::{ExpiryPolicy, KeyProfile};
 
 use crate::db::PgPooler;
+use idemkey::duration::{MAX_DURATION, MAX_INTERVAL, MAX_WAIT, duration_at_most};
 
 /// Environment variable that must be `1` for `--test-faults` to be accepted.
 pub const ALLOW_TEST_FAULTS_ENV: &str = "IDEMKEY_ALLOW_TEST_FAULTS";
@@ -49,7 +50,7 @@ pub enum Command {
     Fixture(FixtureArgs),
     /// Serve the payment provider simulator (tests and the demo): charges
     /// behind the idempotency layer, with fault switches.
-    Provider(crate::payments::provider::ProviderArgs),
+    Provider(idemkey_provider_sim::ProviderArgs),
 }
 
 /// `account` subcommands.
@@ -160,15 +161,15 @@ pub struct ServeArgs {
     /// SQLite only: read-only connections for order reads, key lookups and
     /// /metrics, which then never wait for the writer (0: they share the
     /// writer's one connection).
-    #[arg(long, env = "IDEMKEY_SQLITE_READERS", default_value_t = crate::db::sqlite::DEFAULT_READERS)]
+    #[arg(long, env = "IDEMKEY_SQLITE_READERS", default_value_t = idemkey::store::sqlite::DEFAULT_READERS)]
     pub sqlite_readers: usize,
     /// Most client connections at once; past it a new connection gets 503
     /// service-unavailable with Retry-After and is closed.
-    #[arg(long, env = "IDEMKEY_MAX_CONNECTIONS", default_value_t = crate::load_shed::DEFAULT_MAX_CONNECTIONS)]
+    #[arg(long, env = "IDEMKEY_MAX_CONNECTIONS", default_value_t = idemkey::load_shed::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Most requests in progress at once (/healthz, /readyz, /metrics
     /// aside); past it a request gets 503 service-unavailable at once.
-    #[arg(long, env = "IDEMKEY_MAX_IN_FLIGHT", default_value_t = crate::load_shed::DEFAULT_MAX_IN_FLIGHT)]
+    #[arg(long, env = "IDEMKEY_MAX_IN_FLIGHT", default_value_t = idemkey::load_shed::DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,
     /// Longest lock wait (a concurrent request with the same key) before 409.
     #[arg(long, env = "IDEMKEY_LOCK_TIMEOUT", default_value = "2s", value_parser = duration_at_most(MAX_WAIT))]
@@ -274,11 +275,11 @@ pub struct FixtureArgs {
     #[arg(long, default_value = "30s", value_parser = duration_at_most(MAX_INTERVAL))]
     pub lease: Duration,
     /// Largest request body read, in bytes (413 above).
-    #[arg(long, default_value_t = crate::layer::DEFAULT_MAX_REQUEST_BODY)]
+    #[arg(long, default_value_t = idemkey::layer::DEFAULT_MAX_REQUEST_BODY)]
     pub max_body_bytes: usize,
     /// Largest response body stored for replay, in bytes; above it the
     /// response is passed through and a retry gets 410.
-    #[arg(long, default_value_t = crate::layer::DEFAULT_MAX_STORED_RESPONSE)]
+    #[arg(long, default_value_t = idemkey::layer::DEFAULT_MAX_STORED_RESPONSE)]
     pub max_response_bytes: usize,
 }
 
@@ -310,8 +311,8 @@ impl FixtureArgs {
 
 impl ServeArgs {
     /// The load-shedding caps these flags ask for.
-    pub fn limits(&self) -> crate::load_shed::Limits {
-        crate::load_shed::Limits {
+    pub fn limits(&self) -> idemkey::load_shed::Limits {
+        idemkey::load_shed::Limits {
             max_connections: self.max_connections,
             max_in_flight: self.max_in_flight,
         }
@@ -340,8 +341,8 @@ impl ServeArgs {
                 "--tombstone-ttl (IDEMKEY_TOMBSTONE_TTL, {}) must be longer than --replay-ttl \
                  (IDEMKEY_REPLAY_TTL, {}): after the replay window only the tombstone still \
                  knows the key (410, or 422 for another payload)",
-                crate::operator::human_duration(self.tombstone_ttl),
-                crate::operator::human_duration(self.replay_ttl),
+                idemkey::duration::human_duration(self.tombstone_ttl),
+                idemkey::duration::human_duration(self.replay_ttl),
             ));
         }
         if self.demo && !self.bind.ip().is_loopback() {
@@ -352,11 +353,11 @@ impl ServeArgs {
                 port = self.bind.port(),
             ));
         }
-        if self.sqlite_readers > crate::db::sqlite::MAX_READERS {
+        if self.sqlite_readers > idemkey::store::sqlite::MAX_READERS {
             return Err(format!(
                 "--sqlite-readers (IDEMKEY_SQLITE_READERS, {}) must be at most {}",
                 self.sqlite_readers,
-                crate::db::sqlite::MAX_READERS
+                idemkey::store::sqlite::MAX_READERS
             ));
         }
         if self.token_last_used_interval.is_zero() {
@@ -514,7 +515,7 @@ mod tests {
         let parse = serve;
         let args = parse(&[]);
         assert_eq!((args.max_connections, args.max_in_flight), (512, 256));
-        assert_eq!(args.limits(), crate::load_shed::Limits::default());
+        assert_eq!(args.limits(), idemkey::load_shed::Limits::default());
         for zero in [["--max-connections", "0"], ["--max-in-flight", "0"]] {
             let err = parse(&zero).validate_with(None).unwrap_err();
             assert!(err.contains("at least 1"), "{err}");

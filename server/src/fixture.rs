@@ -41,7 +41,8 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::info;
 
 use idemkey_server::config::FixtureArgs;
-use idemkey_server::db::{Db, PgSettings, RedisSettings};
+use idemkey::Db;
+use idemkey::store::{RedisSettings, StoreSettings};
 use idemkey_server::layer::IdempotencyLayer;
 use idemkey_server::problems::problem_response;
 use idemkey_server::serve::{serve, shutdown_signal};
@@ -123,11 +124,13 @@ pub async fn run(args: FixtureArgs) -> Result<(), String> {
         ca_file: args.redis_ca_file.clone(),
         ..RedisSettings::default()
     };
-    let pg = PgSettings {
+    let settings = StoreSettings {
         pooler: args.pg_pooler,
-        ..PgSettings::default()
+        application_name: "idemkey-server",
+        redis,
+        ..StoreSettings::default()
     };
-    let store = Db::open_with(&url, &pg, &redis)
+    let store = Db::open(&url, &settings)
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
     let backend = store.backend();

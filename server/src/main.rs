@@ -53,7 +53,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Outbox(command) => outbox_cli::outbox(command).await,
         Command::Account(command) => admin::account(command).await,
         Command::Token(command) => admin::token(command).await,
-        Command::Provider(args) => idemkey_server::payments::provider::run(args).await,
+        Command::Provider(args) => idemkey_provider_sim::run(args).await,
     }
 }
 
@@ -81,13 +81,6 @@ pub(crate) async fn open_store(
     let store = Db::open(url, settings)
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
-    if store.lease_only() {
-        // Orders, accounts and their records share one transaction.
-        return Err(format!(
-            "cannot use this database here: {}",
-            idemkey_server::db::redis::LEASE_ONLY
-        ));
-    }
     Ok(store)
 }
 

@@ -41,19 +41,15 @@ pub async fn show(State(state): State<AppState>) -> Response {
     // a time and reused for a second (crate::probe_cache); a scrape never
     // waits long for them (a busy store leaves them out).
     let probes = state.probes();
-    let stats = if state.db().lease_only() {
-        None
-    } else {
-        probes
-            .outbox
-            .get(|| async {
-                tokio::time::timeout(OUTBOX_STATS_WAIT, state.db().outbox_stats())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-            })
-            .await
-    };
+    let stats = probes
+        .outbox
+        .get(|| async {
+            tokio::time::timeout(OUTBOX_STATS_WAIT, state.db().store().outbox_stats())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        })
+        .await;
     state.outbox_metrics().render(&mut text, stats);
     let name = "idemkey_probe_queries_total";
     let _ = writeln!(

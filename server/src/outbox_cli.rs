@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use idemkey_server::outbox::{OutboxCommand, OutboxMetrics, WorkerArgs};
+use idemkey::outbox::OutboxMetrics;
+use idemkey_server::outbox::{OutboxCommand, WorkerArgs};
 use idemkey_server::serve::shutdown_signal;
 use tracing::info;
 
@@ -43,7 +44,8 @@ pub(crate) async fn outbox(command: OutboxCommand) -> Result<(), String> {
         } => {
             let store = open_store(&database, &cli_settings(&database)).await?;
             let entries = store
-                .outbox_list(status.as_deref(), limit)
+                .store()
+        .outbox_list(status.as_deref(), limit)
                 .await
                 .map_err(|e| format!("cannot list the outbox: {e}"))?;
             println!("id\tstatus\tattempts\teffect\tresource\tdownstream_key\tresult_or_error");
@@ -71,7 +73,8 @@ pub(crate) async fn outbox(command: OutboxCommand) -> Result<(), String> {
         } => {
             let store = open_store(&database, &cli_settings(&database)).await?;
             let done = store
-                .outbox_retry(id, payments_key_retention, force)
+                .store()
+        .outbox_retry(id, payments_key_retention, force)
                 .await
                 .map_err(|e| format!("cannot retry: {e}"))?;
             println!("{} message(s) sent back to pending", done.requeued);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 
-use crate::db::outbox::OutboxStats;
+use idemkey::outbox::message::OutboxStats;
 
 /// How long a probe's answer from the database is reused.
 pub const PROBE_FRESH_FOR: Duration = Duration::from_secs(1);
@@ -99,7 +99,7 @@ impl<T: Clone + Reusable> ProbeCache<T> {
 pub struct Probes {
     /// `/readyz`'s answer: the migrations not applied, or why the
     /// database did not answer.
-    pub ready: ProbeCache<Result<Vec<i64>, String>>,
+    pub ready: ProbeCache<Result<Vec<String>, String>>,
     /// `/metrics`' outbox figures (`None`: not in time).
     pub outbox: ProbeCache<Option<OutboxStats>>,
 }

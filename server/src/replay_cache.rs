@@ -10,7 +10,7 @@
 //! process's monotonic instant at which the statement was *sent*; the
 //! database's clock now is then at most `read + elapsed`, an estimate that
 //! runs early, so a copy stops answering no later than the database would.
-//! The engine's decision table ([`crate::idempotency::step`]) decides on the
+//! The engine's decision table ([`idemkey::idempotency::step`]) decides on the
 //! copy exactly as on a row read from the database.
 //!
 //! A token's account is kept for `auth_ttl` only: that is how long a revoked
@@ -29,8 +29,8 @@ use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
 use idemkey::duration::MAX_WAIT;
-use crate::store::{AccountId, TokenHash};
-use crate::idempotency::{Read, Record, RecordKey};
+use crate::db::{AccountId, TokenHash};
+use idemkey::idempotency::{Read, Record, RecordKey};
 
 /// What an entry weighs beyond its variable parts: the key's fixed fields,
 /// the record's, and the cache's own bookkeeping.
@@ -256,7 +256,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::idempotency::{ClaimToken, Scope, StoredResponse};
+    use idemkey::idempotency::{ClaimToken, Scope, StoredResponse};
 
     fn key(name: &str) -> RecordKey {
         RecordKey {

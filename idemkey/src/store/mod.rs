@@ -432,8 +432,8 @@ fn missing(feature: &str) -> StoreError {
     ))
 }
 
-/// A duration in whole milliseconds, as statements take it.
-pub(crate) fn millis(d: Duration) -> i64 {
+/// A duration in whole milliseconds, as statements take it (saturating).
+pub fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

@@ -9,7 +9,6 @@ use super::Tables;
 /// Connection and timeout settings of a store; each backend reads the
 /// fields that concern it.
 #[derive(Clone, Debug)]
-#[non_exhaustive]
 pub struct StoreSettings {
     /// Largest number of connections.
     pub pool_size: usize,

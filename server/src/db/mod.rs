@@ -21,11 +21,23 @@ use idemkey::idempotency::{
 };
 use idemkey::store::migrations::{Adopt, Migration};
 use idemkey::store::{PgDb, PoolStatus, SqliteDb, StoreSettings};
-use idemkey::StoreError;
+pub use idemkey::StoreError;
 use idemkey_core::{IdempotencyKey, OperationId};
 use uuid::Uuid;
 
 pub use idemkey::store::{PgPooler, StoreSettings as PgSettings, from_system_time, to_system_time};
+
+/// The one place that matches on the backend: `$body` with `$db` bound to
+/// the backend's order store.
+macro_rules! each {
+    ($self:expr, $db:ident => $body:expr) => {
+        match $self {
+            Db::Postgres($db) => $body,
+            Db::Sqlite($db) => $body,
+        }
+    };
+}
+
 
 mod accounts;
 pub mod legacy;
@@ -105,17 +117,6 @@ pub enum Db {
     Sqlite(SqliteOrders),
 }
 
-/// The one place that matches on the backend: `$body` with `$db` bound to
-/// the backend's order store.
-macro_rules! each {
-    ($self:expr, $db:ident => $body:expr) => {
-        match $self {
-            Db::Postgres($db) => $body,
-            Db::Sqlite($db) => $body,
-        }
-    };
-}
-pub(crate) use each;
 
 impl Db {
     /// Opens the database a URL names (`postgres://…`, libpq's `host=…`

@@ -6,7 +6,7 @@ use idemkey_core::{IdempotencyKey, OperationId, UnixMillis};
 use uuid::Uuid;
 
 use super::{AccountId, StoreError};
-use crate::idempotency::{self, Outcome, Read, StoredResponse};
+use idemkey::idempotency::{self, Outcome, Read, StoredResponse};
 
 /// A catalogue price: what one unit costs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,7 +167,7 @@ impl From<Outcome<()>> for OrderAttempt {
 /// The error of an order's effect inside a backend's transaction: the
 /// store failed, or the order's own rules refused it (rolled back, nothing
 /// stored).
-pub(in crate::db) enum OrderEffectError {
+pub(crate) enum OrderEffectError {
     Store(StoreError),
     Refused(Refusal),
 }
@@ -181,7 +181,7 @@ impl From<StoreError> for OrderEffectError {
 impl OrderEffectError {
     /// The engine's result for an order: its outcome, or the refusal that
     /// rolled it back, or the store's error.
-    pub(in crate::db) fn split(
+    pub(crate) fn split(
         result: Result<Outcome<()>, idempotency::Error<Self>>,
     ) -> Result<Result<Outcome<()>, Refusal>, StoreError> {
         match result {

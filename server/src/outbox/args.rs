@@ -10,8 +10,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{CHARGE, OutboxMetrics, Worker, WorkerSettings, charge_delivery};
-use crate::config::{DatabaseArgs, parse_duration};
+use super::{CHARGE, charge_delivery};
+use idemkey::outbox::{OutboxMetrics, Worker, WorkerSettings};
+use crate::config::DatabaseArgs;
+use idemkey::duration::parse_duration;
 use crate::db::Db;
 use crate::payments::client::{ProviderClient, redacted_url};
 
@@ -131,7 +133,7 @@ impl OutboxArgs {
             ProviderClient::new(url, &token, self.payments_timeout)
                 .map_err(|e| format!("cannot reach the payment provider at {shown}: {e}"))?,
         );
-        let worker = Worker::new(db.clone(), self.settings())
+        let worker = Worker::new(db.store(), self.settings())
             .handle(CHARGE, charge_delivery(client))
             .with_metrics(Arc::clone(metrics))
             .with_waker(Arc::clone(wake));

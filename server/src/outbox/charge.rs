@@ -11,8 +11,8 @@ use serde::Deserialize;
 use tracing::warn;
 use uuid::Uuid;
 
-use super::Delivery;
-use crate::db::outbox::OutboxMessage;
+use idemkey::outbox::Delivery;
+use idemkey::outbox::message::OutboxMessage;
 use crate::payments::client::{Attempt, FoundCharge, ProviderClient};
 
 /// The effect name of an order's payment.

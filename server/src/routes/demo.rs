@@ -18,9 +18,9 @@ use axum::routing::{get, post};
 use idemkey_core::Problem;
 use tracing::info;
 
-use super::json_response;
+use idemkey::problems::json_response;
 use crate::AppState;
-use crate::problems::problem_response;
+use idemkey::problems::problem_response;
 
 /// The `/demo/*` routes, each behind [`same_origin`].
 pub(super) fn router() -> Router<AppState> {

@@ -18,8 +18,8 @@ use axum::response::Response;
 use idemkey_core::Problem;
 use tracing::{info, warn};
 
-use super::json_response;
-use crate::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
+use idemkey::problems::json_response;
+use idemkey::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
 
 /// How long the forwarded call may take (the provider answers at once).
 const ARM_TIMEOUT: Duration = Duration::from_secs(5);

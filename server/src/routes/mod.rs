@@ -2,17 +2,15 @@
 //! fallbacks, and the demo's switches.
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::HeaderValue;
 use axum::response::Response;
 use axum::routing::{get, post};
-use idemkey_core::{Problem, UnixMillis};
+use idemkey_core::Problem;
 use tower_http::services::ServeDir;
 
 use crate::AppState;
 use crate::db::{Authed, TokenHash};
-use crate::problems::{ApiError, problem_response};
+use idemkey::problems::{ApiError, problem_response};
 
 mod demo;
 mod demo_provider;
@@ -31,7 +29,7 @@ pub fn router(state: AppState) -> Router {
         .route("/orders", post(orders::create).get(orders::list))
         .route("/orders/{id}", get(orders::show))
         .route("/operations/{key}", get(operations::show))
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(idemkey::serve::healthz))
         .method_not_allowed_fallback(method_not_allowed);
     if let Some(dir) = demo_dir {
         router = router
@@ -42,13 +40,6 @@ pub fn router(state: AppState) -> Router {
         router = router.fallback(not_found);
     }
     router.with_state(state)
-}
-
-/// `GET /healthz`: liveness, answered without the database or its pool
-/// (a slow or locked database is `/readyz`'s business; a liveness probe
-/// that waited on it would get a busy process restarted).
-pub(crate) async fn healthz() -> Response {
-    json_response(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())
 }
 
 /// Demo mode only: every response closes its connection, so the lost
@@ -88,44 +79,3 @@ pub(crate) fn authed<T>(
     }
 }
 
-/// A JSON response with `status` and `body`.
-pub(crate) fn json_response(status: StatusCode, body: String) -> Response {
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-/// RFC 3339 in UTC with milliseconds, e.g. `2026-12-02T17:49:54.123Z`.
-pub fn rfc3339(t: UnixMillis) -> String {
-    let nanos = i128::from(t.0) * 1_000_000;
-    match time::OffsetDateTime::from_unix_timestamp_nanos(nanos) {
-        Ok(dt) => format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-            dt.year(),
-            u8::from(dt.month()),
-            dt.day(),
-            dt.hour(),
-            dt.minute(),
-            dt.second(),
-            dt.millisecond()
-        ),
-        Err(_) => "9999-12-31T23:59:59.999Z".to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc3339_has_millis_and_utc() {
-        assert_eq!(rfc3339(UnixMillis(0)), "1970-01-01T00:00:00.000Z");
-        assert_eq!(
-            rfc3339(UnixMillis(1_764_700_000_123)),
-            "2025-12-02T18:26:40.123Z"
-        );
-    }
-}

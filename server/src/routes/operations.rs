@@ -13,10 +13,12 @@ use idemkey_core::{
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use serde::Serialize;
 
-use super::{authed, json_response, rfc3339};
+use super::authed;
+use idemkey::duration::rfc3339;
+use idemkey::problems::json_response;
 use crate::AppState;
 use crate::auth::bearer_hash;
-use crate::problems::ApiError;
+use idemkey::problems::ApiError;
 
 /// Characters escaped in a path segment (RFC 3986 `pchar` keeps the rest).
 const SEGMENT: &AsciiSet = &CONTROLS

@@ -4,7 +4,7 @@
 //! checks in the core's order, the body read within its limit and validated
 //! by the core, then one database call that claims the key, inserts the
 //! order and stores the response in one transaction, or answers from what
-//! the key holds (decided by [`crate::idempotency`]).
+//! the key holds (decided by [`idemkey::idempotency`]).
 
 use axum::body::to_bytes;
 use axum::extract::{Path, RawQuery, Request, State};
@@ -21,23 +21,25 @@ use tracing::warn;
 
 use uuid::Uuid;
 
-use super::{authed, json_response, lookup_path, rfc3339};
+use super::{authed, lookup_path};
+use idemkey::duration::rfc3339;
+use idemkey::problems::json_response;
 use crate::auth::{bearer_hash, hash_token};
 use crate::db::{
     AccountId, Order, OrderAttempt, OrderDraft, Payment, PaymentState, Refusal, StoreError,
     TokenHash,
 };
 use crate::faults::{self, Fault};
-use crate::idempotency::{
-    self, Answer, Mode, Outcome, Policy, RecordKey, Scope, Step, StoredResponse,
+use idemkey::idempotency::{
+    self, Answer, Mode, Outcome, Policy, RecordKey, Step, StoredResponse,
 };
-use crate::metrics::OutcomeLabel;
-use crate::problems::{
+use idemkey::metrics::OutcomeLabel;
+use idemkey::problems::{
     ApiError, UNAVAILABLE_RETRY_AFTER_SECS, body_timeout_response, problem_response,
 };
 use crate::replay_cache::ReplayCache;
-use crate::serve::ConnectionControl;
-use crate::telemetry::LogNote;
+use idemkey::serve::ConnectionControl;
+use idemkey::request_log::LogNote;
 use crate::{AppState, Settings};
 
 #[derive(Serialize)]
@@ -149,7 +151,7 @@ pub(super) async fn create(State(state): State<AppState>, request: Request) -> R
 fn outcome_of_error(err: &ApiError) -> &'static str {
     match err {
         ApiError::Store(StoreError::LockTimeout) => "in_progress",
-        ApiError::Store(StoreError::Unavailable(_) | StoreError::Unconfirmed(_)) => "unavailable",
+        ApiError::Store(_) => "unavailable",
         ApiError::Problem(problem) => match problem.code() {
             ProblemCode::Unauthorized => "unauthorized",
             ProblemCode::ServiceUnavailable => "unavailable",
@@ -202,7 +204,7 @@ async fn create_order(
     };
     let bytes = match read {
         Ok(bytes) => bytes,
-        Err(err) if crate::problems::is_length_limit(&err) => {
+        Err(err) if idemkey::problems::is_length_limit(&err) => {
             return Err(Problem::payload_too_large(MAX_ORDER_BODY_BYTES).into());
         }
         // The client stopped sending half-way; nobody may read this answer.
@@ -328,7 +330,7 @@ async fn create_order(
 
 fn order_key(account: AccountId, key: &IdempotencyKey) -> RecordKey {
     RecordKey {
-        scope: Scope::account(account),
+        scope: account.scope(),
         operation: ORDER_OPERATION,
         key: key.clone(),
     }

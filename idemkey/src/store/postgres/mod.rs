@@ -30,7 +30,7 @@ mod transaction;
 pub(crate) use conninfo::is_key_value;
 #[cfg(feature = "outbox")]
 pub use outbox::enqueue;
-pub use records::PgRecords;
+pub use records::{PgRecords, read_from_row};
 pub use transaction::{run_in_transaction, set_lock_timeout};
 
 /// The limits of the migration transaction, in place of the request

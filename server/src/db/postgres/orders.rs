@@ -18,9 +18,9 @@ use idemkey::store::PgPooler;
 use idemkey::store::postgres::{db_error, read_from_row, run_in_transaction};
 use crate::db::{
     AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
-    Price, Refusal, StoreError, TokenHash, from_system_time, millis, to_system_time,
+    Price, Refusal, StoreError, TokenHash, from_system_time, to_system_time,
 };
-use idemkey::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Scope, Step};
+use idemkey::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Step};
 
 const CREATE_ORDER: &str = include_str!("sql/create_order.sql");
 const INSERT_ORDER: &str = include_str!("sql/insert_order.sql");
@@ -66,7 +66,7 @@ impl super::PgOrders {
         let (operation, key) = (draft.operation.as_str(), draft.key.as_str());
         let headers = draft.response.headers_json();
         let body = draft.response.body.as_deref().unwrap_or_default();
-        let replay = millis(policy.replay_ttl);
+        let replay = idemkey::store::millis(policy.replay_ttl);
         let quantity = i32::from(draft.order.quantity);
         let created_at = to_system_time(draft.order.created_at);
         let status = i32::from(draft.response.status);

@@ -5,12 +5,12 @@ use idemkey_core::{Decision, IdempotencyKey, OperationId, UnixMillis};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use uuid::Uuid;
 
-use idemkey::store::sqlite::{SqliteRecords, run_in_savepoint, sqlite_error};
+use idemkey::store::sqlite::{SqliteRecords, enqueue, run_in_savepoint, sqlite_error};
 use crate::db::{
     AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
     Price, Refusal, StoreError, TokenHash,
 };
-use idemkey::idempotency::{Done, Outcome, Policy, Read, RecordKey, Scope};
+use idemkey::idempotency::{Done, Outcome, Policy, Read, RecordKey};
 
 const ACCOUNT: &str = include_str!("sql/account.sql");
 const PRODUCTS: &str = include_str!("sql/products.sql");

@@ -1,11 +1,17 @@
-//! The payment provider's charges on SQLite (see [`crate::db::Charge`]).
+//! The payment provider's charges on SQLite (see [`super::Charge`]).
 
 use idemkey_core::UnixMillis;
 use rusqlite::{OptionalExtension as _, Row, params};
 use uuid::Uuid;
 
-use super::{SqliteDb, immediate, sqlite_error};
-use crate::db::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind, StoreError};
+use idemkey::StoreError;
+use idemkey::store::SqliteDb;
+use idemkey::store::sqlite::{immediate, sqlite_error};
+
+use super::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
+
+/// The charge statements over one store.
+pub(super) struct Charges<'a>(pub(super) &'a SqliteDb);
 
 const INSERT_CHARGE: &str = include_str!("sql/insert_charge.sql");
 const CHARGE: &str = include_str!("sql/charge.sql");
@@ -13,13 +19,13 @@ const CHARGES: &str = include_str!("sql/charges.sql");
 const LOG_REQUEST: &str = include_str!("sql/log_request.sql");
 const REQUESTS: &str = include_str!("sql/requests.sql");
 
-impl SqliteDb {
-    pub(in crate::db) async fn insert_charge(
+impl Charges<'_> {
+    pub(super) async fn insert_charge(
         &self,
         charge: &NewCharge,
     ) -> Result<ChargeWrite, StoreError> {
         let charge = charge.clone();
-        self.with_conn(move |conn| {
+        self.0.with_conn(move |conn| {
             let tx = immediate(conn)?;
             let inserted = tx
                 .execute(
@@ -52,13 +58,13 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn charge(
+    pub(super) async fn charge(
         &self,
         scope: &str,
         key: &str,
     ) -> Result<Option<Charge>, StoreError> {
         let (scope, key) = (scope.to_owned(), key.to_owned());
-        self.with_reader(move |conn| {
+        self.0.with_reader(move |conn| {
             conn.query_row(CHARGE, params![scope, key], read_row)
                 .optional()
                 .map_err(sqlite_error)?
@@ -68,9 +74,9 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn charges(&self, scope: &str) -> Result<Vec<Charge>, StoreError> {
+    pub(super) async fn charges(&self, scope: &str) -> Result<Vec<Charge>, StoreError> {
         let scope = scope.to_owned();
-        self.with_reader(move |conn| {
+        self.0.with_reader(move |conn| {
             let mut stmt = conn.prepare_cached(CHARGES).map_err(sqlite_error)?;
             let rows = stmt
                 .query_map([scope], read_row)
@@ -81,7 +87,7 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn log_provider_request(
+    pub(super) async fn log_provider_request(
         &self,
         scope: &str,
         kind: RequestKind,
@@ -90,7 +96,7 @@ impl SqliteDb {
     ) -> Result<(), StoreError> {
         let (scope, key) = (scope.to_owned(), key.to_owned());
         let order_id = order_id.map(|id| id.to_string());
-        self.with_conn(move |conn| {
+        self.0.with_conn(move |conn| {
             conn.prepare_cached(LOG_REQUEST)
                 .and_then(|mut stmt| stmt.execute(params![scope, kind.as_str(), key, order_id]))
                 .map(drop)
@@ -99,12 +105,12 @@ impl SqliteDb {
         .await
     }
 
-    pub(in crate::db) async fn provider_requests(
+    pub(super) async fn provider_requests(
         &self,
         scope: &str,
     ) -> Result<Vec<ProviderRequest>, StoreError> {
         let scope = scope.to_owned();
-        self.with_reader(move |conn| {
+        self.0.with_reader(move |conn| {
             let mut stmt = conn.prepare_cached(REQUESTS).map_err(sqlite_error)?;
             let rows = stmt
                 .query_map([scope], |row| {

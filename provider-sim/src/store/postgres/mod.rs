@@ -1,14 +1,18 @@
 //! The payment provider's charges on PostgreSQL (see
-//! [`crate::db::Charge`]). Unnamed statements, one round trip each.
+//! [`super::Charge`]). Unnamed statements, one round trip each.
 
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use super::{PgDb, db_error};
-use crate::db::{
-    Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind, StoreError, from_system_time,
-};
+use idemkey::StoreError;
+use idemkey::store::postgres::db_error;
+use idemkey::store::{PgDb, from_system_time};
+
+use super::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
+
+/// The charge statements over one store.
+pub(super) struct Charges<'a>(pub(super) &'a PgDb);
 
 const INSERT_CHARGE: &str = include_str!("sql/insert_charge.sql");
 const CHARGE: &str = include_str!("sql/charge.sql");
@@ -20,12 +24,12 @@ const REQUESTS: &str = include_str!("sql/requests.sql");
 /// committed after its snapshot (so it neither inserted nor saw the row).
 const INSERT_TRIES: usize = 3;
 
-impl PgDb {
-    pub(in crate::db) async fn insert_charge(
+impl Charges<'_> {
+    pub(super) async fn insert_charge(
         &self,
         charge: &NewCharge,
     ) -> Result<ChargeWrite, StoreError> {
-        let client = self.client().await?;
+        let client = self.0.client().await?;
         let id = Uuid::new_v4();
         for _ in 0..INSERT_TRIES {
             let rows = client
@@ -57,12 +61,12 @@ impl PgDb {
         ))
     }
 
-    pub(in crate::db) async fn charge(
+    pub(super) async fn charge(
         &self,
         scope: &str,
         key: &str,
     ) -> Result<Option<Charge>, StoreError> {
-        let client = self.client().await?;
+        let client = self.0.client().await?;
         let rows = client
             .query_typed(CHARGE, &[(&scope, Type::TEXT), (&key, Type::TEXT)])
             .await
@@ -70,8 +74,8 @@ impl PgDb {
         rows.first().map(charge_from_row).transpose()
     }
 
-    pub(in crate::db) async fn charges(&self, scope: &str) -> Result<Vec<Charge>, StoreError> {
-        let client = self.client().await?;
+    pub(super) async fn charges(&self, scope: &str) -> Result<Vec<Charge>, StoreError> {
+        let client = self.0.client().await?;
         let rows = client
             .query_typed(CHARGES, &[(&scope, Type::TEXT)])
             .await
@@ -79,14 +83,14 @@ impl PgDb {
         rows.iter().map(charge_from_row).collect()
     }
 
-    pub(in crate::db) async fn log_provider_request(
+    pub(super) async fn log_provider_request(
         &self,
         scope: &str,
         kind: RequestKind,
         key: &str,
         order_id: Option<Uuid>,
     ) -> Result<(), StoreError> {
-        let client = self.client().await?;
+        let client = self.0.client().await?;
         client
             .query_typed(
                 LOG_REQUEST,
@@ -102,11 +106,11 @@ impl PgDb {
             .map_err(db_error)
     }
 
-    pub(in crate::db) async fn provider_requests(
+    pub(super) async fn provider_requests(
         &self,
         scope: &str,
     ) -> Result<Vec<ProviderRequest>, StoreError> {
-        let client = self.client().await?;
+        let client = self.0.client().await?;
         let rows = client
             .query_typed(REQUESTS, &[(&scope, Type::TEXT)])
             .await

@@ -1,0 +1,166 @@
+//! The order service's shared state: its database, settings, metrics,
+//! caches and the outbox workers' wake-up, as every route reads them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use idemkey::outbox::OutboxMetrics;
+use idemkey_core::{ExpiryPolicy, KeyProfile, UnixMillis};
+
+use crate::db::Db;
+use crate::{catalogue, probe_cache, replay_cache, token_usage};
+use idemkey::problems;
+
+
+
+/// Service settings that the routes read.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How `Idempotency-Key` values are read.
+    pub key_profile: KeyProfile,
+    /// How long a stored response is replayed.
+    pub replay_ttl: Duration,
+    /// How long a key is remembered after creation.
+    pub tombstone_ttl: Duration,
+    /// What happens after the replay window.
+    pub expiry_policy: ExpiryPolicy,
+    /// Whether the `x-idemkey-test-fault` request header is honoured (only
+    /// in builds with the `test-faults` feature; see [`faults`]).
+    pub test_faults: bool,
+    /// Directory of the demo's static files, when demo mode is on.
+    pub demo_dir: Option<std::path::PathBuf>,
+    /// The first demo account's token for this start, served at
+    /// `GET /demo/token` in demo mode (which refuses a non-loopback bind).
+    pub demo_token: Option<String>,
+    /// Longest wait for a request body once its head has arrived; past it
+    /// the request is answered 400 and its connection closed.
+    pub body_read_timeout: Duration,
+    /// The bounds of the replay cache ([`replay_cache`]).
+    pub replay_cache: replay_cache::ReplayCacheSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            key_profile: KeyProfile::Lenient,
+            replay_ttl: Duration::from_secs(24 * 3600),
+            tombstone_ttl: Duration::from_secs(30 * 24 * 3600),
+            expiry_policy: ExpiryPolicy::Reject,
+            test_faults: false,
+            demo_dir: None,
+            demo_token: None,
+            body_read_timeout: problems::DEFAULT_BODY_READ_TIMEOUT,
+            replay_cache: replay_cache::ReplayCacheSettings::default(),
+        }
+    }
+}
+
+/// The application server's clock, read only for what is shown (an
+/// order's `created_at`): leases, windows, take-overs, re-execution and
+/// trim are all decided at the database's clock.
+pub fn display_now() -> UnixMillis {
+    idemkey::store::from_system_time(SystemTime::now())
+}
+
+/// Shared state of the routes: the database, the settings, the metrics.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    db: Db,
+    settings: Settings,
+    lose_next_response: AtomicBool,
+    metrics: Arc<idemkey::metrics::Metrics>,
+    token_usage: Arc<token_usage::TokenUsage>,
+    replay_cache: Option<replay_cache::ReplayCache>,
+    catalogue: catalogue::Catalogue,
+    outbox_metrics: Arc<OutboxMetrics>,
+    outbox_wake: Arc<tokio::sync::Notify>,
+    probes: probe_cache::Probes,
+}
+
+impl AppState {
+    /// State over `db`.
+    pub fn new(db: Db, settings: Settings) -> Self {
+        let metrics = Arc::new(idemkey::metrics::Metrics::default());
+        metrics.register(idemkey::metrics::FrontEnd::Orders, &idemkey_core::ORDER_OPERATION);
+        let replay_cache = replay_cache::ReplayCache::new(settings.replay_cache);
+        Self {
+            inner: Arc::new(Inner {
+                db,
+                settings,
+                replay_cache,
+                catalogue: catalogue::Catalogue::default(),
+                outbox_metrics: Arc::default(),
+                outbox_wake: Arc::default(),
+                probes: probe_cache::Probes::default(),
+                lose_next_response: AtomicBool::new(false),
+                metrics,
+                token_usage: Arc::default(),
+            }),
+        }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// The metrics of `GET /metrics`.
+    pub fn metrics(&self) -> &Arc<idemkey::metrics::Metrics> {
+        &self.inner.metrics
+    }
+
+    /// The tokens that authenticated a request since the last flush of
+    /// their `last_used_at` (see [`token_usage`]).
+    pub fn token_usage(&self) -> &Arc<token_usage::TokenUsage> {
+        &self.inner.token_usage
+    }
+
+    /// The replay cache, unless the settings turn it off.
+    pub fn replay_cache(&self) -> Option<&replay_cache::ReplayCache> {
+        self.inner.replay_cache.as_ref()
+    }
+
+    /// The delivery counters of this process's outbox workers.
+    pub fn outbox_metrics(&self) -> &Arc<OutboxMetrics> {
+        &self.inner.outbox_metrics
+    }
+
+    /// Notified when a new order commits, to wake this process's workers.
+    pub fn outbox_wake(&self) -> &Arc<tokio::sync::Notify> {
+        &self.inner.outbox_wake
+    }
+
+    /// What `/readyz` and `/metrics` last read from the database (see
+    /// [`probe_cache`]).
+    pub fn probes(&self) -> &probe_cache::Probes {
+        &self.inner.probes
+    }
+
+    /// The catalogue's prices.
+    pub fn catalogue(&self) -> &catalogue::Catalogue {
+        &self.inner.catalogue
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// Arms the demo's one-shot fault: the next new order commits and its
+    /// connection is then closed with no response.
+    pub fn arm_lose_next_response(&self) {
+        self.inner.lose_next_response.store(true, Ordering::SeqCst);
+    }
+
+    /// Takes the demo's one-shot fault, disarming it.
+    pub fn take_lose_next_response(&self) -> bool {
+        self.inner.lose_next_response.swap(false, Ordering::SeqCst)
+    }
+}
+
