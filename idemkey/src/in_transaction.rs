@@ -101,12 +101,12 @@ use rusqlite::Connection;
 use tokio_postgres::{Client, Transaction};
 
 use crate::idempotency::{self, Done, Mode, Policy, RecordKey, Records, StoredResponse};
+use crate::metrics::{FrontEnd, Metrics};
 use crate::store::StoreError;
 #[cfg(feature = "postgres")]
 use crate::store::postgres;
 #[cfg(feature = "sqlite")]
 use crate::store::sqlite;
-use crate::metrics::{FrontEnd, Metrics};
 
 /// The claim's lease inside a transaction: never visible to anyone else
 /// (the row is completed or rolled back before the commit), so it only has

@@ -24,6 +24,7 @@
 //! ([`store::Tables`]); see [`store::migrations`].
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+pub mod duration;
 pub mod idempotency;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod in_transaction;
@@ -41,7 +42,6 @@ pub mod request_log;
 #[cfg(feature = "serve")]
 pub mod serve;
 pub mod store;
-pub mod duration;
 
 pub use idempotency::Records;
 pub use store::{Db, StoreError};

@@ -239,7 +239,13 @@ fn in_flight_now() -> u64 {
 }
 
 /// One gauge with its help and type lines; `labels` is `{...}` or empty.
-pub fn gauge(out: &mut String, name: &str, help: &str, labels: &str, value: impl std::fmt::Display) {
+pub fn gauge(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    labels: &str,
+    value: impl std::fmt::Display,
+) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} gauge");
     let _ = writeln!(out, "{name}{labels} {value}");

@@ -133,7 +133,6 @@ pub fn json_response(status: StatusCode, body: String) -> Response {
     response
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,12 +31,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemkey::Db;
+use idemkey::store::{RedisSettings, StoreSettings};
 use idemkey_core::{Decision, ExpiryPolicy, KeyProfile, OperationId, Stored, UnixMillis};
 use idemkey_model::{
     Action, Answer, Bounds, Mode, Phase, Protocol, Redo, Rejection, Row, State, Status, Walk,
     cover, fingerprint, transitions, walks,
 };
-use idemkey_server::db::{Db, PgSettings, RedisSettings};
 use idemkey_server::idempotency::{
     self, Answer as EngineAnswer, ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey,
     Records as _, Scope, Step, StoredResponse, state_name,
@@ -290,7 +291,7 @@ struct Session {
 
 /// Where transactional requests get their connections.
 enum Connections {
-    Postgres(idemkey_server::db::PgDb),
+    Postgres(idemkey::store::PgDb),
     Sqlite(std::path::PathBuf),
     /// Lease mode: none.
     None,
@@ -876,9 +877,15 @@ async fn open(target: &stores::Target, retention: Duration) -> Db {
         retention,
         ..RedisSettings::default()
     };
-    Db::open_with(&target.url, &PgSettings::default(), &redis)
-        .await
-        .expect("open the store")
+    Db::open(
+        &target.url,
+        &StoreSettings {
+            redis,
+            ..StoreSettings::default()
+        },
+    )
+    .await
+    .expect("open the store")
 }
 
 /// Replays each walk on `store` (cut to what it can follow), lengthening

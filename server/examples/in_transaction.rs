@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idemkey_core::{ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 use idemkey_server::db::{AccountId, Db, PgSettings, TokenHash};
-use idemkey_server::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey_server::idempotency::{RecordKey, StoredResponse};
 use idemkey_server::in_transaction::{Options, sqlite_in_transaction_async};
 use parking_lot::Mutex;
 use tower::ServiceExt as _;
@@ -56,7 +56,7 @@ async fn pay(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Respons
         return (StatusCode::BAD_REQUEST, "cents: a positive integer\n").into_response();
     };
     let record = RecordKey {
-        scope: Scope::account(app.account),
+        scope: app.account.scope(),
         operation: OPERATION,
         key,
     };

@@ -20,11 +20,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse as _;
 use axum::routing::{get, post};
+use idemkey::outbox::{Delivery, Worker, WorkerSettings};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
 use idemkey_server::db::{Db, PgSettings, TokenHash};
-use idemkey_server::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey_server::idempotency::{RecordKey, StoredResponse};
 use idemkey_server::in_transaction::{Options, sqlite_enqueue, sqlite_in_transaction_async};
-use idemkey_server::outbox::{Delivery, Worker, WorkerSettings};
 use parking_lot::Mutex;
 
 const OPERATION: OperationId = OperationId::from_static("POST /signups:v1");
@@ -73,7 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The sign-up and its mail message commit together.
     let key = RecordKey {
-        scope: Scope::account(account),
+        scope: account.scope(),
         operation: OPERATION,
         key: IdempotencyKey::parse(b"\"signup-1\"", KeyProfile::Lenient)?,
     };
@@ -105,7 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         ..WorkerSettings::default()
     };
-    let worker = Worker::new(db.clone(), settings).handle("welcome-mail", move |message| {
+    let worker = Worker::new(db.store(), settings).handle("welcome-mail", move |message| {
         let (http, api_url, lose_first) = (http.clone(), api_url.clone(), Arc::clone(&lose_first));
         async move {
             let key = message.downstream_key().to_string();
@@ -139,7 +139,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     });
-    while db.outbox_stats().await?.pending > 0 {
+    while db.store().outbox_stats().await?.pending > 0 {
         worker.run_once().await?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

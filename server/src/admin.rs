@@ -3,10 +3,10 @@
 //! is tab-separated with a header line; a new token is always the last line
 //! of stdout, shown once.
 
+use idemkey::duration::rfc3339;
 use idemkey_server::auth::NewToken;
 use idemkey_server::config::{AccountCommand, TokenCommand};
 use idemkey_server::db::{AccountId, AccountSummary, Db, DemoAccount, Revocation, TokenId};
-use idemkey::duration::rfc3339;
 use idemkey_server::routes::DemoAccounts;
 use tracing::info;
 

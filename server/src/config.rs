@@ -379,6 +379,7 @@ impl ServeArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idemkey::duration::parse_duration;
 
     #[test]
     fn durations() {

@@ -40,9 +40,9 @@ use serde::Deserialize;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::info;
 
-use idemkey_server::config::FixtureArgs;
 use idemkey::Db;
 use idemkey::store::{RedisSettings, StoreSettings};
+use idemkey_server::config::FixtureArgs;
 use idemkey_server::layer::IdempotencyLayer;
 use idemkey_server::problems::problem_response;
 use idemkey_server::serve::{serve, shutdown_signal};

@@ -49,6 +49,8 @@ pub mod state;
 pub mod telemetry;
 pub mod token_usage;
 
-pub use idemkey::{idempotency, in_transaction, layer, load_shed, maintenance, problems, request_id, serve};
+pub use idemkey::{
+    idempotency, in_transaction, layer, load_shed, maintenance, problems, request_id, serve,
+};
 pub use router::app;
 pub use state::{AppState, Settings, display_now};

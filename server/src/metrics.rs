@@ -33,7 +33,9 @@ const OUTBOX_STATS_WAIT: std::time::Duration = std::time::Duration::from_millis(
 
 /// `GET /metrics`.
 pub async fn show(State(state): State<AppState>) -> Response {
-    let mut text = state.metrics().render(state.db().pool_status(), state.db().backend());
+    let mut text = state
+        .metrics()
+        .render(state.db().pool_status(), state.db().backend());
     if let Some(cache) = state.replay_cache() {
         render_replay_cache(&mut text, cache.stats());
     }
@@ -118,4 +120,3 @@ fn render_replay_cache(out: &mut String, stats: crate::replay_cache::ReplayCache
         gauge(out, name, help, "", value);
     }
 }
-

@@ -30,10 +30,10 @@ use idemkey_core::{
 use serde_json::{Value, json};
 use tracing::warn;
 
-use idemkey::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
 use crate::routes::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, lookup_segment_pattern};
-use idemkey::duration::human_duration;
 use crate::{AppState, Settings};
+use idemkey::duration::human_duration;
+use idemkey::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
 
 /// The OpenAPI document as shipped, before the running values are filled in.
 pub const OPENAPI_TEMPLATE: &str = include_str!("../openapi.json");

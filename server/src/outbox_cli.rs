@@ -45,7 +45,7 @@ pub(crate) async fn outbox(command: OutboxCommand) -> Result<(), String> {
             let store = open_store(&database, &cli_settings(&database)).await?;
             let entries = store
                 .store()
-        .outbox_list(status.as_deref(), limit)
+                .outbox_list(status.as_deref(), limit)
                 .await
                 .map_err(|e| format!("cannot list the outbox: {e}"))?;
             println!("id\tstatus\tattempts\teffect\tresource\tdownstream_key\tresult_or_error");
@@ -74,7 +74,7 @@ pub(crate) async fn outbox(command: OutboxCommand) -> Result<(), String> {
             let store = open_store(&database, &cli_settings(&database)).await?;
             let done = store
                 .store()
-        .outbox_retry(id, payments_key_retention, force)
+                .outbox_retry(id, payments_key_retention, force)
                 .await
                 .map_err(|e| format!("cannot retry: {e}"))?;
             println!("{} message(s) sent back to pending", done.requeued);

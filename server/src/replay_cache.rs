@@ -28,8 +28,8 @@ use idemkey_core::{Stored, UnixMillis};
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
-use idemkey::duration::MAX_WAIT;
 use crate::db::{AccountId, TokenHash};
+use idemkey::duration::MAX_WAIT;
 use idemkey::idempotency::{Read, Record, RecordKey};
 
 /// What an entry weighs beyond its variable parts: the key's fixed fields,
@@ -256,11 +256,11 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use idemkey::idempotency::{ClaimToken, Scope, StoredResponse};
+    use idemkey::idempotency::{ClaimToken, StoredResponse};
 
     fn key(name: &str) -> RecordKey {
         RecordKey {
-            scope: Scope::account(AccountId(Uuid::nil())),
+            scope: AccountId(Uuid::nil()).scope(),
             operation: ORDER_OPERATION,
             key: IdempotencyKey::parse(name.as_bytes(), KeyProfile::Lenient).expect("a key"),
         }

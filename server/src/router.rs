@@ -22,7 +22,9 @@ pub fn app(state: AppState) -> Router {
     ));
     router
         .layer(axum::middleware::from_fn_with_state(state, metrics::record))
-        .layer(axum::middleware::from_fn(idemkey::request_log::log_requests))
+        .layer(axum::middleware::from_fn(
+            idemkey::request_log::log_requests,
+        ))
         .layer(axum::middleware::from_fn(request_id::assign))
         .layer(SetResponseHeaderLayer::overriding(
             CACHE_CONTROL,

@@ -12,8 +12,6 @@ use crate::db::Db;
 use crate::{catalogue, probe_cache, replay_cache, token_usage};
 use idemkey::problems;
 
-
-
 /// Service settings that the routes read.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -87,7 +85,10 @@ impl AppState {
     /// State over `db`.
     pub fn new(db: Db, settings: Settings) -> Self {
         let metrics = Arc::new(idemkey::metrics::Metrics::default());
-        metrics.register(idemkey::metrics::FrontEnd::Orders, &idemkey_core::ORDER_OPERATION);
+        metrics.register(
+            idemkey::metrics::FrontEnd::Orders,
+            &idemkey_core::ORDER_OPERATION,
+        );
         let replay_cache = replay_cache::ReplayCache::new(settings.replay_cache);
         Self {
             inner: Arc::new(Inner {
@@ -163,4 +164,3 @@ impl AppState {
         self.inner.lose_next_response.swap(false, Ordering::SeqCst)
     }
 }
-

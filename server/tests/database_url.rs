@@ -5,7 +5,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use idemkey_server::db::{Db, PgDb, PgSettings};
+use idemkey::store::PgDb;
+use idemkey_server::db::{Db, PgSettings};
 
 mod common;
 use common::{BIN, BODY, Backend, Env, new_key};

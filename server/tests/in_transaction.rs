@@ -9,9 +9,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use std::time::Duration;
 
+use idemkey::store::PgDb;
 use idemkey_core::{ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId};
-use idemkey_server::db::{AccountId, Db as AnyDb, PgDb, PgSettings, TokenHash};
-use idemkey_server::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey_server::db::{AccountId, Db as AnyDb, PgSettings, TokenHash};
+use idemkey_server::idempotency::{RecordKey, StoredResponse};
 use idemkey_server::in_transaction::{
     Error, Options, Outcome, pg_in_transaction, sqlite_in_transaction_async,
 };
@@ -90,7 +91,7 @@ async fn postgres() -> Env {
         .await
         .expect("payments");
     Env {
-        db: Db::Pg(store),
+        db: Db::Pg(PgDb::clone(&store)),
         url: database.url,
         account,
     }
@@ -137,7 +138,7 @@ fn scope(env: &Env, key: &str, cents: u32) -> Call {
         Fingerprint::of_json(&operation, &format!(r#"{{"cents":{cents}}}"#)).expect("json");
     Call {
         key: RecordKey {
-            scope: Scope::account(env.account),
+            scope: env.account.scope(),
             operation,
             key: IdempotencyKey::parse(format!("\"{key}\"").as_bytes(), KeyProfile::Lenient)
                 .expect("key"),

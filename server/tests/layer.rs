@@ -20,8 +20,9 @@ use axum::http::request::Parts;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
+use idemkey::Db;
+use idemkey::store::{SqliteDb, StoreSettings as PgSettings};
 use idemkey_core::{ExpiryPolicy, Fingerprint};
-use idemkey_server::db::{Db, PgSettings, SqliteDb};
 // The fixture is part of the binary, not the library: its routes are
 // compiled into this test from the same file.
 #[allow(dead_code)]
@@ -702,7 +703,7 @@ async fn huge_durations_are_capped_not_overflowed(backend: Backend) {
 
 /// The layer counts its outcomes by operation from the engine's outcome.
 async fn outcomes_are_counted_for_the_layer(backend: Backend) {
-    use idemkey_server::metrics::{FrontEnd, Metrics};
+    use idemkey::metrics::{FrontEnd, Metrics};
     let db = database(backend);
     let metrics = Arc::new(Metrics::default());
     let app = fixture_app(open(&db).await, |l| l.metrics(Arc::clone(&metrics)));
@@ -1265,6 +1266,6 @@ async fn databases_open_directly() {
         .expect("postgres again");
     assert_eq!(
         again.pending_migrations().await.expect("read"),
-        Vec::<i64>::new()
+        Vec::<String>::new()
     );
 }

@@ -281,7 +281,7 @@ async fn metrics_count_order_outcomes_latency_and_the_pool() {
     // The write connection and the read-only ones.
     assert_eq!(
         sample(&text, "idemkey_pool_size{backend=\"sqlite\"}"),
-        (1 + idemkey_server::db::sqlite::DEFAULT_READERS) as f64
+        (1 + idemkey::store::sqlite::DEFAULT_READERS) as f64
     );
     // Other routes are not counted.
     let (_, text) = get(state, "/metrics").await;

@@ -13,14 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Backend, Env, eventually};
+use idemkey::outbox::{Delivery, Worker, WorkerSettings};
+use idemkey::outbox::{OutboxMessage, Settlement};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
-use idemkey_server::db::outbox::{OutboxMessage, Settlement};
 use idemkey_server::db::{AccountId, Db, PgSettings, TokenHash};
-use idemkey_server::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey_server::idempotency::{RecordKey, StoredResponse};
 use idemkey_server::in_transaction::{
     Options, Outcome, pg_enqueue, pg_in_transaction, sqlite_enqueue, sqlite_in_transaction_async,
 };
-use idemkey_server::outbox::{Delivery, Worker, WorkerSettings};
 use parking_lot::Mutex;
 
 const OPERATION: OperationId = OperationId::from_static("POST /signups:v1");
@@ -44,7 +44,7 @@ async fn open(env: &Env) -> (Db, AccountId) {
 
 fn record(account: AccountId, key: &str) -> RecordKey {
     RecordKey {
-        scope: Scope::account(account),
+        scope: account.scope(),
         operation: OPERATION,
         key: IdempotencyKey::parse(key.as_bytes(), KeyProfile::Lenient).expect("key"),
     }
@@ -85,7 +85,6 @@ async fn sign_up(db: &Db, key: &RecordKey, status: u16) -> Outcome {
             .await
             .expect("in_transaction")
         }
-        _ => unreachable!("SQL stores only"),
     }
 }
 
@@ -145,7 +144,7 @@ async fn a_worker_sends_the_derived_key_and_looks_up_after_an_uncertain_attempt(
         sign_up(&db, &key, 201).await;
         let seen: Arc<Mutex<Vec<(String, bool, u32)>>> = Arc::default();
         let calls = Arc::clone(&seen);
-        let worker = Worker::new(db.clone(), fast()).handle("welcome-mail", move |m| {
+        let worker = Worker::new(db.store(), fast()).handle("welcome-mail", move |m| {
             let calls = Arc::clone(&calls);
             async move {
                 let mut calls = calls.lock();
@@ -192,7 +191,7 @@ async fn a_refusal_fails_for_good_and_an_exhausted_budget_is_dead_until_retried(
         let env = Env::new(backend);
         let (db, account) = open(&env).await;
         sign_up(&db, &record(account, "refused"), 201).await;
-        let refusing = Worker::new(db.clone(), fast()).handle("welcome-mail", |_| async {
+        let refusing = Worker::new(db.store(), fast()).handle("welcome-mail", |_| async {
             Delivery::Refused("no such mailbox".into())
         });
         assert_eq!(refusing.run_once().await.expect("run"), 1);
@@ -203,7 +202,7 @@ async fn a_refusal_fails_for_good_and_an_exhausted_budget_is_dead_until_retried(
         assert_eq!(refusing.run_once().await.expect("run"), 0, "never again");
 
         sign_up(&db, &record(account, "down"), 201).await;
-        let down = Worker::new(db.clone(), fast()).handle("welcome-mail", |_| async {
+        let down = Worker::new(db.store(), fast()).handle("welcome-mail", |_| async {
             Delivery::Retry {
                 after: None,
                 reason: "503 from the mail API".into(),
@@ -220,11 +219,12 @@ async fn a_refusal_fails_for_good_and_an_exhausted_budget_is_dead_until_retried(
             "3|503 from the mail API",
             "{backend:?}"
         );
-        assert_eq!(db.outbox_stats().await.expect("stats").dead, 1);
+        assert_eq!(db.store().outbox_stats().await.expect("stats").dead, 1);
         // An operator sends it back; it is delivered, looked up first.
         let day = Duration::from_secs(86_400);
         assert_eq!(
-            db.outbox_retry(None, day, false)
+            db.store()
+                .outbox_retry(None, day, false)
                 .await
                 .expect("retry")
                 .requeued,
@@ -232,7 +232,7 @@ async fn a_refusal_fails_for_good_and_an_exhausted_budget_is_dead_until_retried(
         );
         let looked_up = Arc::new(Mutex::new(None));
         let seen = Arc::clone(&looked_up);
-        let back = Worker::new(db.clone(), fast()).handle("welcome-mail", move |m| {
+        let back = Worker::new(db.store(), fast()).handle("welcome-mail", move |m| {
             *seen.lock() = Some((m.attempts, m.maybe_sent()));
             async { Delivery::Delivered("mail-2".into()) }
         });
@@ -254,13 +254,15 @@ async fn a_crashed_workers_claim_is_taken_over_after_its_lease_and_its_late_answ
         let effects = vec!["welcome-mail".to_owned()];
         // A worker claims it for 300 ms and dies.
         let crashed: Vec<OutboxMessage> = db
+            .store()
             .claim_outbox(&effects, 10, Duration::from_millis(300))
             .await
             .expect("claim");
         assert_eq!(crashed.len(), 1);
         // While the lease holds, nobody else gets it.
         assert!(
-            db.claim_outbox(&effects, 10, Duration::from_secs(10))
+            db.store()
+                .claim_outbox(&effects, 10, Duration::from_secs(10))
                 .await
                 .expect("claim")
                 .is_empty()
@@ -269,6 +271,7 @@ async fn a_crashed_workers_claim_is_taken_over_after_its_lease_and_its_late_answ
         let mut taken = Vec::new();
         eventually("the lease ends", async || {
             taken = db
+                .store()
                 .claim_outbox(&effects, 10, Duration::from_secs(10))
                 .await
                 .expect("claim");
@@ -282,7 +285,8 @@ async fn a_crashed_workers_claim_is_taken_over_after_its_lease_and_its_late_answ
         };
         // The crashed worker's late answer does not count.
         assert!(
-            !db.settle_outbox(&crashed[0], None, &delivered)
+            !db.store()
+                .settle_outbox(&crashed[0], None, &delivered)
                 .await
                 .expect("settle")
         );
@@ -290,7 +294,8 @@ async fn a_crashed_workers_claim_is_taken_over_after_its_lease_and_its_late_answ
             result: "mail-1".into(),
         };
         assert!(
-            db.settle_outbox(&taken[0], Some("k"), &mine)
+            db.store()
+                .settle_outbox(&taken[0], Some("k"), &mine)
                 .await
                 .expect("settle")
         );
@@ -315,7 +320,7 @@ async fn two_workers_on_postgres_deliver_each_message_once_and_never_at_the_same
             Arc::clone(&delivered),
             Arc::clone(&overlaps),
         );
-        Worker::new(db, fast()).handle("welcome-mail", move |m| {
+        Worker::new(db.store(), fast()).handle("welcome-mail", move |m| {
             let (in_flight, delivered, overlaps) = (
                 Arc::clone(&in_flight),
                 Arc::clone(&delivered),
@@ -371,7 +376,7 @@ async fn a_huge_retry_after_waits_at_most_an_hour() {
         let env = Env::new(backend);
         let (db, account) = open(&env).await;
         sign_up(&db, &record(account, "busy"), 201).await;
-        let busy = Worker::new(db.clone(), fast()).handle("welcome-mail", |_| async {
+        let busy = Worker::new(db.store(), fast()).handle("welcome-mail", |_| async {
             Delivery::Retry {
                 after: Some(Duration::MAX),
                 reason: "503 with Retry-After: 99999999999".into(),

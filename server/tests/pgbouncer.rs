@@ -12,9 +12,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{BIN, BODY, Backend, Env, Reply, Server, new_key};
+use idemkey::store::PgDb;
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
-use idemkey_server::db::{AccountId, Db, PgDb, PgPooler, PgSettings, TokenHash};
-use idemkey_server::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey_server::db::{AccountId, Db, PgPooler, PgSettings, TokenHash};
+use idemkey_server::idempotency::{RecordKey, StoredResponse};
 use idemkey_server::in_transaction::{Options, Outcome, pg_in_transaction};
 use idemkey_testkit::{PgBouncer, PgBouncerOptions};
 
@@ -289,7 +290,7 @@ async fn in_transaction_through_pgbouncer() {
         .expect("payments");
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..24 {
-        tasks.spawn(pay(pg.clone(), account, format!("p-{}", i % 12)));
+        tasks.spawn(pay(PgDb::clone(&pg), account, format!("p-{}", i % 12)));
     }
     let outcomes = tasks.join_all().await;
     let executed = outcomes
@@ -312,7 +313,7 @@ async fn in_transaction_through_pgbouncer() {
 async fn pay(pg: PgDb, account: AccountId, key: String) -> Outcome {
     let operation = OperationId::from_static("POST /payments:v1");
     let record = RecordKey {
-        scope: Scope::account(account),
+        scope: account.scope(),
         operation: operation.clone(),
         key: IdempotencyKey::parse(format!("\"{key}\"").as_bytes(), KeyProfile::Lenient)
             .expect("key"),

@@ -10,9 +10,9 @@ mod common;
 use std::time::Duration;
 
 use common::{Backend, Env, Reply, Server, new_key};
-use idemkey_server::db::{ChargeWrite, Db, NewCharge, PgSettings};
+use idemkey_provider_sim::scope_of;
+use idemkey_provider_sim::store::{ChargeWrite, Db, NewCharge};
 use idemkey_server::payments::client::{Attempt, ProviderClient};
-use idemkey_server::payments::provider::scope_of;
 use uuid::Uuid;
 
 const SECRET_A: &str = "provider-secret-a";
@@ -396,9 +396,7 @@ async fn a_slow_provider_is_uncertain_and_a_closed_port_is_a_retry(backend: Back
 
 /// The store of `env` (migrated) and a new charge of A's to write in it.
 async fn open_with_charge(env: &Env) -> (Db, NewCharge) {
-    let db = Db::open(&env.url, &PgSettings::default())
-        .await
-        .expect("open");
+    let db = Db::open(&env.url).await.expect("open");
     let charge = NewCharge {
         scope: scope_of(SECRET_A),
         idempotency_key: key(),
@@ -447,7 +445,7 @@ async fn concurrent_writes_of_one_key_make_one_charge(backend: Backend) {
             .expect("lookup"),
         None
     );
-    db.close();
+    db.store().close();
 }
 
 /// PostgreSQL: an insert that waited for another transaction's insert of
@@ -489,7 +487,7 @@ async fn a_charge_committed_while_the_insert_waits_is_returned(backend: Backend)
     assert_eq!(env.count("provider_charges"), 1);
     drop(other);
     let _ = task.await;
-    db.close();
+    db.store().close();
 }
 
 /// PostgreSQL: a charge whose insert waits on a row lock is in progress, and

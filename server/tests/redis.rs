@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use idemkey::Db;
+use idemkey::store::{RedisSettings, StoreSettings};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, Stored};
-use idemkey_server::db::{Db, PgSettings, RedisSettings};
 use idemkey_server::idempotency::{
     self, ClaimToken, Claimed, Done, Mode, NewClaim, Outcome, Policy, RecordKey, Records as _,
     Scope, StoredResponse,
@@ -41,9 +42,15 @@ fn new_claim(lease: Duration) -> NewClaim {
 }
 
 async fn open(url: &str, settings: &RedisSettings) -> Db {
-    Db::open_with(url, &PgSettings::default(), settings)
-        .await
-        .expect("open the Redis store")
+    Db::open(
+        url,
+        &StoreSettings {
+            redis: settings.clone(),
+            ..StoreSettings::default()
+        },
+    )
+    .await
+    .expect("open the Redis store")
 }
 
 /// `PEXPIRETIME` of the record behind `k` (on a single node).
@@ -54,7 +61,7 @@ async fn expiry_of(url: &str, k: &RecordKey) -> i64 {
         .await
         .expect("connect");
     redis::cmd("PEXPIRETIME")
-        .arg(idemkey_server::db::redis::record_name(k))
+        .arg(idemkey::store::redis::record_name(k))
         .query_async(&mut conn)
         .await
         .expect("PEXPIRETIME")
@@ -508,7 +515,7 @@ async fn the_store_speaks_tls_to_a_rediss_url() {
     let url = node.url();
     assert!(url.starts_with("rediss://"), "{url}");
     let ca = node.tls_ca().expect("a CA file").to_owned();
-    let refused = Db::open_with(&url, &PgSettings::default(), &RedisSettings::default()).await;
+    let refused = Db::open(&url, &StoreSettings::default()).await;
     assert!(
         refused.is_err(),
         "a certificate from an unknown CA is refused"

@@ -123,8 +123,8 @@ use idemkey_core::{
 use tower::Layer;
 
 use crate::idempotency::{DEFAULT_RETRY_AFTER, Mode, Policy, Records};
-use crate::store::Db;
 use crate::metrics::Metrics;
+use crate::store::Db;
 
 mod body;
 mod service;

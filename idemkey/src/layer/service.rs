@@ -17,9 +17,9 @@ use tracing::{info, warn};
 use super::body::{Capped, read_capped};
 use super::{Config, Trimmer};
 use crate::idempotency::{self, Done, Outcome, RecordKey, Records, Scope, StoredResponse};
-use crate::store::Db;
 use crate::metrics::FrontEnd;
 use crate::problems::{ApiError, UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
+use crate::store::Db;
 
 /// The [`tower::Service`] built by [`IdempotencyLayer`](super::IdempotencyLayer).
 #[derive(Clone, Debug)]

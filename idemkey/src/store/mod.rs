@@ -163,8 +163,7 @@ impl Db {
             #[cfg(not(feature = "redis"))]
             return Err(missing("redis"));
         }
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") || url.contains('=')
-        {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") || url.contains('=') {
             #[cfg(feature = "postgres")]
             if url.contains("://") || postgres::is_key_value(url) {
                 return Ok(Self::Postgres(PgDb::connect(url, settings).await?));
@@ -419,9 +418,14 @@ pub fn from_system_time(t: SystemTime) -> UnixMillis {
 
 /// Whether the URL names a Redis node or cluster.
 fn redis_url(url: &str) -> bool {
-    ["redis://", "rediss://", "redis+cluster://", "rediss+cluster://"]
-        .iter()
-        .any(|scheme| url.starts_with(scheme))
+    [
+        "redis://",
+        "rediss://",
+        "redis+cluster://",
+        "rediss+cluster://",
+    ]
+    .iter()
+    .any(|scheme| url.starts_with(scheme))
 }
 
 /// A URL of a backend this build was compiled without.

@@ -74,4 +74,3 @@ pub enum PgPooler {
     /// (`ALTER ROLE … SET`), checked at start.
     Transaction,
 }
-

@@ -28,7 +28,10 @@ impl Tables {
     /// needs no quoting on either backend.
     pub fn with_prefix(prefix: &str) -> Result<Self, StoreError> {
         let valid = prefix.len() <= MAX_PREFIX
-            && prefix.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+            && prefix
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase())
             && prefix
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');

@@ -15,22 +15,70 @@ use super::{PgOrders, SqliteOrders};
 
 /// The versions of the shared list that made the tables adopted today.
 const POSTGRES: &[(i32, &str, &str)] = &[
-    (1, "init", include_str!("postgres/migrations/legacy/0001_init.sql")),
-    (2, "idempotency_leases", include_str!("postgres/migrations/legacy/0002_idempotency_leases.sql")),
-    (3, "one_records_table", include_str!("postgres/migrations/legacy/0003_one_records_table.sql")),
-    (4, "token_management", include_str!("postgres/migrations/legacy/0004_token_management.sql")),
-    (5, "account_first_keys", include_str!("postgres/migrations/legacy/0005_account_first_keys.sql")),
-    (6, "payments", include_str!("postgres/migrations/legacy/0006_payments.sql")),
+    (
+        1,
+        "init",
+        include_str!("postgres/migrations/legacy/0001_init.sql"),
+    ),
+    (
+        2,
+        "idempotency_leases",
+        include_str!("postgres/migrations/legacy/0002_idempotency_leases.sql"),
+    ),
+    (
+        3,
+        "one_records_table",
+        include_str!("postgres/migrations/legacy/0003_one_records_table.sql"),
+    ),
+    (
+        4,
+        "token_management",
+        include_str!("postgres/migrations/legacy/0004_token_management.sql"),
+    ),
+    (
+        5,
+        "account_first_keys",
+        include_str!("postgres/migrations/legacy/0005_account_first_keys.sql"),
+    ),
+    (
+        6,
+        "payments",
+        include_str!("postgres/migrations/legacy/0006_payments.sql"),
+    ),
 ];
 
 /// The same versions on SQLite.
 const SQLITE: &[(i32, &str, &str)] = &[
-    (1, "init", include_str!("sqlite/migrations/legacy/0001_init.sql")),
-    (2, "idempotency_leases", include_str!("sqlite/migrations/legacy/0002_idempotency_leases.sql")),
-    (3, "one_records_table", include_str!("sqlite/migrations/legacy/0003_one_records_table.sql")),
-    (4, "token_management", include_str!("sqlite/migrations/legacy/0004_token_management.sql")),
-    (5, "account_first_keys", include_str!("sqlite/migrations/legacy/0005_account_first_keys.sql")),
-    (6, "payments", include_str!("sqlite/migrations/legacy/0006_payments.sql")),
+    (
+        1,
+        "init",
+        include_str!("sqlite/migrations/legacy/0001_init.sql"),
+    ),
+    (
+        2,
+        "idempotency_leases",
+        include_str!("sqlite/migrations/legacy/0002_idempotency_leases.sql"),
+    ),
+    (
+        3,
+        "one_records_table",
+        include_str!("sqlite/migrations/legacy/0003_one_records_table.sql"),
+    ),
+    (
+        4,
+        "token_management",
+        include_str!("sqlite/migrations/legacy/0004_token_management.sql"),
+    ),
+    (
+        5,
+        "account_first_keys",
+        include_str!("sqlite/migrations/legacy/0005_account_first_keys.sql"),
+    ),
+    (
+        6,
+        "payments",
+        include_str!("sqlite/migrations/legacy/0006_payments.sql"),
+    ),
 ];
 
 /// Key of the advisory lock the earlier versions migrated under.
@@ -44,9 +92,12 @@ pub async fn postgres(db: &PgOrders) -> Result<(), StoreError> {
     tx.batch_execute("SET LOCAL lock_timeout = '15min'; SET LOCAL statement_timeout = '15min'")
         .await
         .map_err(db_error)?;
-    tx.execute_typed("SELECT pg_advisory_xact_lock($1)", &[(&LEGACY_LOCK, Type::INT8)])
-        .await
-        .map_err(db_error)?;
+    tx.execute_typed(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[(&LEGACY_LOCK, Type::INT8)],
+    )
+    .await
+    .map_err(db_error)?;
     let listed: bool = tx
         .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
         .await
@@ -114,7 +165,11 @@ pub async fn sqlite(db: &SqliteOrders) -> Result<(), StoreError> {
                 params![version, name],
             )
             .map_err(sqlite_error)?;
-            tracing::info!(version, name, "applied an earlier version's SQLite migration");
+            tracing::info!(
+                version,
+                name,
+                "applied an earlier version's SQLite migration"
+            );
         }
         tx.commit().map_err(sqlite_error)
     })

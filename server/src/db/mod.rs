@@ -15,13 +15,13 @@
 
 use std::time::Duration;
 
+pub use idemkey::StoreError;
 use idemkey::idempotency::{
-    ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey, Records, Scope,
-    StoredResponse, TrimReport,
+    ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey, Records, Scope, StoredResponse,
+    TrimReport,
 };
 use idemkey::store::migrations::{Adopt, Migration};
 use idemkey::store::{PgDb, PoolStatus, SqliteDb, StoreSettings};
-pub use idemkey::StoreError;
 use idemkey_core::{IdempotencyKey, OperationId};
 use uuid::Uuid;
 
@@ -37,7 +37,6 @@ macro_rules! each {
         }
     };
 }
-
 
 mod accounts;
 pub mod legacy;
@@ -116,7 +115,6 @@ pub enum Db {
     /// SQLite: the embedded, single-host store.
     Sqlite(SqliteOrders),
 }
-
 
 impl Db {
     /// Opens the database a URL names (`postgres://…`, libpq's `host=…`

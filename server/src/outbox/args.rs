@@ -11,11 +11,11 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::{CHARGE, charge_delivery};
-use idemkey::outbox::{OutboxMetrics, Worker, WorkerSettings};
 use crate::config::DatabaseArgs;
-use idemkey::duration::parse_duration;
 use crate::db::Db;
 use crate::payments::client::{ProviderClient, redacted_url};
+use idemkey::duration::parse_duration;
+use idemkey::outbox::{OutboxMetrics, Worker, WorkerSettings};
 
 /// Where charges go and how the outbox is delivered. Its `Debug` shows the
 /// provider URL without credentials and never the token.

@@ -11,9 +11,9 @@ use serde::Deserialize;
 use tracing::warn;
 use uuid::Uuid;
 
+use crate::payments::client::{Attempt, FoundCharge, ProviderClient};
 use idemkey::outbox::Delivery;
 use idemkey::outbox::message::OutboxMessage;
-use crate::payments::client::{Attempt, FoundCharge, ProviderClient};
 
 /// The effect name of an order's payment.
 pub const CHARGE: &str = "charge";

@@ -18,8 +18,8 @@ use axum::routing::{get, post};
 use idemkey_core::Problem;
 use tracing::info;
 
-use idemkey::problems::json_response;
 use crate::AppState;
+use idemkey::problems::json_response;
 use idemkey::problems::problem_response;
 
 /// The `/demo/*` routes, each behind [`same_origin`].

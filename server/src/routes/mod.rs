@@ -78,4 +78,3 @@ pub(crate) fn authed<T>(
         }
     }
 }
-

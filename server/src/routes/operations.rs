@@ -14,11 +14,11 @@ use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use serde::Serialize;
 
 use super::authed;
-use idemkey::duration::rfc3339;
-use idemkey::problems::json_response;
 use crate::AppState;
 use crate::auth::bearer_hash;
+use idemkey::duration::rfc3339;
 use idemkey::problems::ApiError;
+use idemkey::problems::json_response;
 
 /// Characters escaped in a path segment (RFC 3986 `pchar` keeps the rest).
 const SEGMENT: &AsciiSet = &CONTROLS

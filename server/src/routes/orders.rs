@@ -22,25 +22,23 @@ use tracing::warn;
 use uuid::Uuid;
 
 use super::{authed, lookup_path};
-use idemkey::duration::rfc3339;
-use idemkey::problems::json_response;
 use crate::auth::{bearer_hash, hash_token};
 use crate::db::{
     AccountId, Order, OrderAttempt, OrderDraft, Payment, PaymentState, Refusal, StoreError,
     TokenHash,
 };
 use crate::faults::{self, Fault};
-use idemkey::idempotency::{
-    self, Answer, Mode, Outcome, Policy, RecordKey, Step, StoredResponse,
-};
+use crate::replay_cache::ReplayCache;
+use crate::{AppState, Settings};
+use idemkey::duration::rfc3339;
+use idemkey::idempotency::{self, Answer, Mode, Outcome, Policy, RecordKey, Step, StoredResponse};
 use idemkey::metrics::OutcomeLabel;
+use idemkey::problems::json_response;
 use idemkey::problems::{
     ApiError, UNAVAILABLE_RETRY_AFTER_SECS, body_timeout_response, problem_response,
 };
-use crate::replay_cache::ReplayCache;
-use idemkey::serve::ConnectionControl;
 use idemkey::request_log::LogNote;
-use crate::{AppState, Settings};
+use idemkey::serve::ConnectionControl;
 
 #[derive(Serialize)]
 struct PaymentBody<'a> {

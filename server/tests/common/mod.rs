@@ -582,7 +582,7 @@ pub fn new_key() -> String {
 /// decides leases and windows).
 pub async fn age_records(url: &str, by: Duration) {
     let ms = i64::try_from(by.as_millis()).expect("fits");
-    if idemkey_server::db::redis::is_redis_url(url) {
+    if idemkey::store::redis::is_redis_url(url) {
         redis_on_masters(url, AGE_REDIS_RECORDS, ms).await;
         return;
     }
@@ -617,7 +617,7 @@ pub async fn age_records(url: &str, by: Duration) {
 
 /// How many idempotency records the database at `url` holds.
 pub async fn count_records(url: &str) -> i64 {
-    if idemkey_server::db::redis::is_redis_url(url) {
+    if idemkey::store::redis::is_redis_url(url) {
         return redis_on_masters(url, COUNT_REDIS_RECORDS, 0).await;
     }
     count(url, "SELECT count(*) FROM idempotency_records").await
@@ -626,7 +626,7 @@ pub async fn count_records(url: &str) -> i64 {
 /// How many idempotency records of the database at `url` are in flight (a
 /// claim not yet completed): how a test knows a request is under way.
 pub async fn count_in_flight(url: &str) -> i64 {
-    if idemkey_server::db::redis::is_redis_url(url) {
+    if idemkey::store::redis::is_redis_url(url) {
         return redis_on_masters(url, COUNT_REDIS_IN_FLIGHT, 0).await;
     }
     count(

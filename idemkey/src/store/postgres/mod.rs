@@ -8,7 +8,6 @@
 //! transaction pooler ([`PgPooler::Transaction`]) no statement depends on
 //! the session: all are unnamed (`query_typed`, still one round trip).
 
-
 use deadpool_postgres::{
     Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime, Timeouts,
 };
@@ -151,7 +150,10 @@ impl PgDb {
         let applied = applied_migrations(&*tx, &book).await?;
         let mut done = Vec::new();
         for m in list {
-            if applied.iter().any(|(c, v)| c == m.component && *v == m.version) {
+            if applied
+                .iter()
+                .any(|(c, v)| c == m.component && *v == m.version)
+            {
                 continue;
             }
             let adopted = match m.adopt {
@@ -254,7 +256,11 @@ impl PgDb {
             .known
             .all()
             .iter()
-            .filter(|m| !applied.iter().any(|(c, v)| c == m.component && *v == m.version))
+            .filter(|m| {
+                !applied
+                    .iter()
+                    .any(|(c, v)| c == m.component && *v == m.version)
+            })
             .map(Migration::label)
             .collect())
     }
@@ -291,7 +297,12 @@ async fn applied_migrations(
         .await
         .map_err(db_error)?;
     rows.iter()
-        .map(|row| Ok((row.try_get(0).map_err(db_error)?, row.try_get(1).map_err(db_error)?)))
+        .map(|row| {
+            Ok((
+                row.try_get(0).map_err(db_error)?,
+                row.try_get(1).map_err(db_error)?,
+            ))
+        })
         .collect()
 }
 

@@ -8,9 +8,9 @@ use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
 use super::{PgDb, db_error};
+use crate::idempotency::RecordKey;
 use crate::outbox::message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
 use crate::store::{StoreError, from_system_time, millis};
-use crate::idempotency::RecordKey;
 
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 const CLAIM: &str = include_str!("sql/outbox_claim.sql");
@@ -109,7 +109,10 @@ impl PgDb {
 
     pub(crate) async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
         let client = self.client().await?;
-        let row = client.query_one(&*self.tables.render_static(STATS), &[]).await.map_err(db_error)?;
+        let row = client
+            .query_one(&*self.tables.render_static(STATS), &[])
+            .await
+            .map_err(db_error)?;
         let count = |name| -> Result<u64, StoreError> {
             let n: Option<i64> = row.try_get(name).map_err(db_error)?;
             Ok(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
@@ -128,7 +131,10 @@ impl PgDb {
     ) -> Result<Vec<OutboxEntry>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(&*self.tables.render_static(LIST), &[&status, &i64::from(limit)])
+            .query(
+                &*self.tables.render_static(LIST),
+                &[&status, &i64::from(limit)],
+            )
             .await
             .map_err(db_error)?;
         rows.iter()
@@ -159,7 +165,10 @@ impl PgDb {
     ) -> Result<Requeued, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_one(&*self.tables.render_static(RETRY), &[&id, &millis(retention), &force])
+            .query_one(
+                &*self.tables.render_static(RETRY),
+                &[&id, &millis(retention), &force],
+            )
             .await
             .map_err(db_error)?;
         let requeued: i64 = row.try_get("requeued").map_err(db_error)?;

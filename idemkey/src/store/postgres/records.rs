@@ -15,11 +15,11 @@ use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
 use super::{PgDb, db_error};
-use crate::store::{StoreError, Tables, from_system_time, millis};
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
+use crate::store::{StoreError, Tables, from_system_time, millis};
 
 const CLAIM: &str = include_str!("sql/claim.sql");
 const READ: &str = include_str!("sql/read.sql");
@@ -217,7 +217,10 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
     async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
         let (retention, batch) = (millis(retention), i64::from(batch));
         let rows = self
-            .rows(&self.sql.trim, &[(&retention, Type::INT8), (&batch, Type::INT8)])
+            .rows(
+                &self.sql.trim,
+                &[(&retention, Type::INT8), (&batch, Type::INT8)],
+            )
             .await?;
         let row = rows
             .first()
@@ -250,7 +253,9 @@ impl Records for PgDb {
         claim: &NewClaim,
     ) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        PgRecords::of(self, &**client).take_over(key, previous, claim).await
+        PgRecords::of(self, &**client)
+            .take_over(key, previous, claim)
+            .await
     }
 
     async fn complete(

@@ -9,8 +9,8 @@ use idemkey_core::Fingerprint;
 use tokio_postgres::{Client, Transaction};
 
 use super::{PgRecords, db_error};
-use crate::store::StoreError;
 use crate::idempotency::{self, Done, Outcome, Policy, RecordKey};
+use crate::store::StoreError;
 
 /// The future a PostgreSQL effect returns: boxed, so that it may borrow the
 /// transaction.

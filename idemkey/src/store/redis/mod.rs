@@ -326,6 +326,7 @@ pub fn record_name(key: &RecordKey) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idemkey_core::{IdempotencyKey, OperationId};
 
     #[test]
     fn cluster_urls_become_one_seed_each_with_the_credentials() {

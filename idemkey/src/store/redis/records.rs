@@ -16,11 +16,11 @@ use redis::Script;
 use uuid::Uuid;
 
 use super::{RedisDb, record_name};
-use crate::store::{StoreError, millis};
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
+use crate::store::{StoreError, millis};
 
 /// A script from `lua/`, after the shared clock prelude (`lua/clock.lua`).
 macro_rules! script {

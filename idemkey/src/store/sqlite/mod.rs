@@ -271,11 +271,7 @@ impl SqliteDb {
 
     /// [`SqliteDb::with_reader`] with its own bound on the wait.
     /// [`SqliteDb::with_reader`] with its own bound on the wait.
-    pub async fn with_reader_within<T, F>(
-        &self,
-        wait: Duration,
-        f: F,
-    ) -> Result<T, StoreError>
+    pub async fn with_reader_within<T, F>(&self, wait: Duration, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -364,7 +360,8 @@ impl SqliteDb {
     /// applied, as `component/version`.
     pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
         let (tables, known) = (self.tables.clone(), self.known.all());
-        self.with_conn(move |conn| pending_in(conn, &tables, &known)).await
+        self.with_conn(move |conn| pending_in(conn, &tables, &known))
+            .await
     }
 
     /// Checks that the file answers.
@@ -394,11 +391,19 @@ impl Drop for Waiting<'_> {
 }
 
 /// The migrations of `known` that `conn`'s file has not applied.
-fn pending_in(conn: &Connection, tables: &Tables, known: &[Migration]) -> Result<Vec<String>, StoreError> {
+fn pending_in(
+    conn: &Connection,
+    tables: &Tables,
+    known: &[Migration],
+) -> Result<Vec<String>, StoreError> {
     let applied = applied_in(conn, &tables.migrations()).map_err(sqlite_error)?;
     Ok(known
         .iter()
-        .filter(|m| !applied.iter().any(|(c, v)| c == m.component && *v == m.version))
+        .filter(|m| {
+            !applied
+                .iter()
+                .any(|(c, v)| c == m.component && *v == m.version)
+        })
         .map(Migration::label)
         .collect())
 }
@@ -437,7 +442,10 @@ fn migrate_in(conn: &mut Connection, tables: &Tables, list: &[Migration]) -> rus
     ))?;
     let applied = applied_in(&tx, &book)?;
     for m in list {
-        if applied.iter().any(|(c, v)| c == m.component && *v == m.version) {
+        if applied
+            .iter()
+            .any(|(c, v)| c == m.component && *v == m.version)
+        {
             continue;
         }
         let adopted = match m.adopt {
@@ -448,17 +456,28 @@ fn migrate_in(conn: &mut Connection, tables: &Tables, list: &[Migration]) -> rus
             tx.execute_batch(&tables.render(m.sql))?;
         }
         tx.execute(
-            &format!("INSERT INTO {book} (component, version, name, adopted) VALUES (?1, ?2, ?3, ?4)"),
+            &format!(
+                "INSERT INTO {book} (component, version, name, adopted) VALUES (?1, ?2, ?3, ?4)"
+            ),
             params![m.component, m.version, m.name, adopted],
         )?;
-        info!(migration = m.label(), name = m.name, adopted, "applied SQLite migration");
+        info!(
+            migration = m.label(),
+            name = m.name,
+            adopted,
+            "applied SQLite migration"
+        );
     }
     tx.commit()
 }
 
 /// Whether `adopt`'s table exists with its marker column; a table of that
 /// name without it is someone else's.
-fn adoptable(conn: &Connection, tables: &Tables, adopt: migrations::Adopt) -> rusqlite::Result<bool> {
+fn adoptable(
+    conn: &Connection,
+    tables: &Tables,
+    adopt: migrations::Adopt,
+) -> rusqlite::Result<bool> {
     let table = tables.render(adopt.table);
     let exists = conn
         .query_row(

@@ -8,8 +8,8 @@ use rusqlite::{Connection, params};
 use uuid::Uuid;
 
 use super::{SqliteDb, immediate, sqlite_error};
-use crate::outbox::message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
 use crate::idempotency::RecordKey;
+use crate::outbox::message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
 use crate::store::{StoreError, millis};
 use idemkey_core::UnixMillis;
 

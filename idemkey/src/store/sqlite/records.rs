@@ -12,11 +12,11 @@ use rusqlite::{Connection, Row, params};
 use uuid::Uuid;
 
 use super::{SqliteDb, immediate, sqlite_error};
-use crate::store::{StoreError, Tables, millis};
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
+use crate::store::{StoreError, Tables, millis};
 
 const CLAIM: &str = include_str!("sql/claim.sql");
 const READ: &str = include_str!("sql/read.sql");
@@ -202,7 +202,10 @@ impl SqliteRecords<'_> {
             .map_err(sqlite_error)?;
         let deleted = self
             .conn
-            .execute(&self.sql.purge, params![millis(retention), i64::from(batch)])
+            .execute(
+                &self.sql.purge,
+                params![millis(retention), i64::from(batch)],
+            )
             .map_err(sqlite_error)?;
         Ok(TrimReport {
             trimmed: trimmed as u64,

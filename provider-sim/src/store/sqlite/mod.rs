@@ -25,37 +25,38 @@ impl Charges<'_> {
         charge: &NewCharge,
     ) -> Result<ChargeWrite, StoreError> {
         let charge = charge.clone();
-        self.0.with_conn(move |conn| {
-            let tx = immediate(conn)?;
-            let inserted = tx
-                .execute(
-                    INSERT_CHARGE,
-                    params![
-                        Uuid::new_v4().to_string(),
-                        charge.scope,
-                        charge.idempotency_key,
-                        charge.order_id.to_string(),
-                        charge.amount_cents,
-                        charge.currency,
-                    ],
-                )
-                .map_err(sqlite_error)?;
-            let stored = tx
-                .query_row(
-                    CHARGE,
-                    params![charge.scope, charge.idempotency_key],
-                    read_row,
-                )
-                .map_err(sqlite_error)?;
-            tx.commit().map_err(sqlite_error)?;
-            let stored = stored.into_charge()?;
-            Ok(if inserted == 1 {
-                ChargeWrite::Created(stored)
-            } else {
-                ChargeWrite::Existing(stored)
+        self.0
+            .with_conn(move |conn| {
+                let tx = immediate(conn)?;
+                let inserted = tx
+                    .execute(
+                        INSERT_CHARGE,
+                        params![
+                            Uuid::new_v4().to_string(),
+                            charge.scope,
+                            charge.idempotency_key,
+                            charge.order_id.to_string(),
+                            charge.amount_cents,
+                            charge.currency,
+                        ],
+                    )
+                    .map_err(sqlite_error)?;
+                let stored = tx
+                    .query_row(
+                        CHARGE,
+                        params![charge.scope, charge.idempotency_key],
+                        read_row,
+                    )
+                    .map_err(sqlite_error)?;
+                tx.commit().map_err(sqlite_error)?;
+                let stored = stored.into_charge()?;
+                Ok(if inserted == 1 {
+                    ChargeWrite::Created(stored)
+                } else {
+                    ChargeWrite::Existing(stored)
+                })
             })
-        })
-        .await
+            .await
     }
 
     pub(super) async fn charge(
@@ -64,27 +65,29 @@ impl Charges<'_> {
         key: &str,
     ) -> Result<Option<Charge>, StoreError> {
         let (scope, key) = (scope.to_owned(), key.to_owned());
-        self.0.with_reader(move |conn| {
-            conn.query_row(CHARGE, params![scope, key], read_row)
-                .optional()
-                .map_err(sqlite_error)?
-                .map(RawCharge::into_charge)
-                .transpose()
-        })
-        .await
+        self.0
+            .with_reader(move |conn| {
+                conn.query_row(CHARGE, params![scope, key], read_row)
+                    .optional()
+                    .map_err(sqlite_error)?
+                    .map(RawCharge::into_charge)
+                    .transpose()
+            })
+            .await
     }
 
     pub(super) async fn charges(&self, scope: &str) -> Result<Vec<Charge>, StoreError> {
         let scope = scope.to_owned();
-        self.0.with_reader(move |conn| {
-            let mut stmt = conn.prepare_cached(CHARGES).map_err(sqlite_error)?;
-            let rows = stmt
-                .query_map([scope], read_row)
-                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-                .map_err(sqlite_error)?;
-            rows.into_iter().map(RawCharge::into_charge).collect()
-        })
-        .await
+        self.0
+            .with_reader(move |conn| {
+                let mut stmt = conn.prepare_cached(CHARGES).map_err(sqlite_error)?;
+                let rows = stmt
+                    .query_map([scope], read_row)
+                    .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                    .map_err(sqlite_error)?;
+                rows.into_iter().map(RawCharge::into_charge).collect()
+            })
+            .await
     }
 
     pub(super) async fn log_provider_request(
@@ -96,13 +99,14 @@ impl Charges<'_> {
     ) -> Result<(), StoreError> {
         let (scope, key) = (scope.to_owned(), key.to_owned());
         let order_id = order_id.map(|id| id.to_string());
-        self.0.with_conn(move |conn| {
-            conn.prepare_cached(LOG_REQUEST)
-                .and_then(|mut stmt| stmt.execute(params![scope, kind.as_str(), key, order_id]))
-                .map(drop)
-                .map_err(sqlite_error)
-        })
-        .await
+        self.0
+            .with_conn(move |conn| {
+                conn.prepare_cached(LOG_REQUEST)
+                    .and_then(|mut stmt| stmt.execute(params![scope, kind.as_str(), key, order_id]))
+                    .map(drop)
+                    .map_err(sqlite_error)
+            })
+            .await
     }
 
     pub(super) async fn provider_requests(
@@ -110,34 +114,35 @@ impl Charges<'_> {
         scope: &str,
     ) -> Result<Vec<ProviderRequest>, StoreError> {
         let scope = scope.to_owned();
-        self.0.with_reader(move |conn| {
-            let mut stmt = conn.prepare_cached(REQUESTS).map_err(sqlite_error)?;
-            let rows = stmt
-                .query_map([scope], |row| {
-                    Ok((
-                        row.get::<_, i64>("seq")?,
-                        row.get::<_, String>("kind")?,
-                        row.get::<_, String>("idempotency_key")?,
-                        row.get::<_, Option<String>>("order_id")?,
-                        row.get::<_, i64>("created_at")?,
-                    ))
-                })
-                .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-                .map_err(sqlite_error)?;
-            Ok(rows
-                .into_iter()
-                .map(
-                    |(seq, kind, idempotency_key, order_id, created_at)| ProviderRequest {
-                        seq,
-                        kind,
-                        idempotency_key,
-                        order_id: order_id.and_then(|id| Uuid::try_parse(&id).ok()),
-                        created_at: UnixMillis(u64::try_from(created_at).unwrap_or(0)),
-                    },
-                )
-                .collect())
-        })
-        .await
+        self.0
+            .with_reader(move |conn| {
+                let mut stmt = conn.prepare_cached(REQUESTS).map_err(sqlite_error)?;
+                let rows = stmt
+                    .query_map([scope], |row| {
+                        Ok((
+                            row.get::<_, i64>("seq")?,
+                            row.get::<_, String>("kind")?,
+                            row.get::<_, String>("idempotency_key")?,
+                            row.get::<_, Option<String>>("order_id")?,
+                            row.get::<_, i64>("created_at")?,
+                        ))
+                    })
+                    .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+                    .map_err(sqlite_error)?;
+                Ok(rows
+                    .into_iter()
+                    .map(
+                        |(seq, kind, idempotency_key, order_id, created_at)| ProviderRequest {
+                            seq,
+                            kind,
+                            idempotency_key,
+                            order_id: order_id.and_then(|id| Uuid::try_parse(&id).ok()),
+                            created_at: UnixMillis(u64::try_from(created_at).unwrap_or(0)),
+                        },
+                    )
+                    .collect())
+            })
+            .await
     }
 }
 

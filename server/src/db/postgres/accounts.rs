@@ -10,11 +10,11 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
-use idemkey::store::postgres::db_error;
 use crate::db::{
     AccountId, AccountSummary, DemoAccount, Revocation, StoreError, TokenHash, TokenId,
     TokenSummary, from_system_time,
 };
+use idemkey::store::postgres::db_error;
 
 const ACCOUNTS: &str = include_str!("sql/accounts.sql");
 const TOKENS: &str = include_str!("sql/tokens.sql");
@@ -81,10 +81,7 @@ impl super::PgOrders {
         Ok(added == 1)
     }
 
-    pub(crate) async fn tokens(
-        &self,
-        account: AccountId,
-    ) -> Result<Vec<TokenSummary>, StoreError> {
+    pub(crate) async fn tokens(&self, account: AccountId) -> Result<Vec<TokenSummary>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query_typed(TOKENS, &[(&account.0, Type::UUID)])
@@ -177,10 +174,7 @@ impl super::PgOrders {
         Ok((ids, revoked))
     }
 
-    pub(crate) async fn mark_tokens_used(
-        &self,
-        tokens: &[TokenHash],
-    ) -> Result<u64, StoreError> {
+    pub(crate) async fn mark_tokens_used(&self, tokens: &[TokenHash]) -> Result<u64, StoreError> {
         let client = self.client().await?;
         let hashes: Vec<&[u8]> = tokens.iter().map(|t| &t.0[..]).collect();
         client

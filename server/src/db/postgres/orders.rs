@@ -14,13 +14,13 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
-use idemkey::store::PgPooler;
-use idemkey::store::postgres::{db_error, read_from_row, run_in_transaction};
 use crate::db::{
     AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
     Price, Refusal, StoreError, TokenHash, from_system_time, to_system_time,
 };
 use idemkey::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Step};
+use idemkey::store::PgPooler;
+use idemkey::store::postgres::{db_error, read_from_row, run_in_transaction};
 
 const CREATE_ORDER: &str = include_str!("sql/create_order.sql");
 const INSERT_ORDER: &str = include_str!("sql/insert_order.sql");

@@ -5,11 +5,11 @@ use idemkey_core::UnixMillis;
 use rusqlite::{OptionalExtension as _, Row, params};
 use uuid::Uuid;
 
-use idemkey::store::sqlite::{immediate, sqlite_error};
 use crate::db::{
     AccountId, AccountSummary, DemoAccount, Revocation, StoreError, TokenHash, TokenId,
     TokenSummary,
 };
+use idemkey::store::sqlite::{immediate, sqlite_error};
 
 const ACCOUNTS: &str = include_str!("sql/accounts.sql");
 const TOKENS: &str = include_str!("sql/tokens.sql");
@@ -97,10 +97,7 @@ impl super::SqliteOrders {
         .await
     }
 
-    pub(crate) async fn tokens(
-        &self,
-        account: AccountId,
-    ) -> Result<Vec<TokenSummary>, StoreError> {
+    pub(crate) async fn tokens(&self, account: AccountId) -> Result<Vec<TokenSummary>, StoreError> {
         self.with_reader(move |conn| {
             let mut stmt = conn.prepare(TOKENS).map_err(sqlite_error)?;
             let rows = stmt
@@ -206,10 +203,7 @@ impl super::SqliteOrders {
         .await
     }
 
-    pub(crate) async fn mark_tokens_used(
-        &self,
-        tokens: &[TokenHash],
-    ) -> Result<u64, StoreError> {
+    pub(crate) async fn mark_tokens_used(&self, tokens: &[TokenHash]) -> Result<u64, StoreError> {
         let tokens = tokens.to_vec();
         self.with_conn(move |conn| {
             let tx = immediate(conn)?;

@@ -5,12 +5,12 @@ use idemkey_core::{Decision, IdempotencyKey, OperationId, UnixMillis};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use uuid::Uuid;
 
-use idemkey::store::sqlite::{SqliteRecords, enqueue, run_in_savepoint, sqlite_error};
 use crate::db::{
     AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
     Price, Refusal, StoreError, TokenHash,
 };
 use idemkey::idempotency::{Done, Outcome, Policy, Read, RecordKey};
+use idemkey::store::sqlite::{SqliteRecords, enqueue, run_in_savepoint, sqlite_error};
 
 const ACCOUNT: &str = include_str!("sql/account.sql");
 const PRODUCTS: &str = include_str!("sql/products.sql");
@@ -175,9 +175,7 @@ impl super::SqliteOrders {
     ) -> Result<Authed<OrderAttempt>, StoreError> {
         let (draft, policy) = (draft.clone(), *policy);
         let hold = crate::faults::Hold::current();
-        self.group_commit(move |tx| {
-                create_order_in(tx, token, &draft, &policy, hold.as_ref())
-            })
+        self.group_commit(move |tx| create_order_in(tx, token, &draft, &policy, hold.as_ref()))
             .await
     }
 
