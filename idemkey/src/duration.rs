@@ -2,7 +2,9 @@
 //! parsed with an upper bound and written back the same way, and the bounds
 //! every setting of the library and its applications shares.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idemkey_core::UnixMillis;
 
 /// The longest duration any option takes (3650 days): replay windows,
 /// tombstone and Redis retention. Far from where `Instant`, tokio's timers
@@ -100,13 +102,31 @@ pub fn rfc3339(t: idemkey_core::UnixMillis) -> String {
     }
 }
 
+/// Milliseconds since the epoch as a [`SystemTime`].
+pub fn to_system_time(t: UnixMillis) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(t.0)
+}
+
+/// A [`SystemTime`] as milliseconds since the epoch (0 before the epoch).
+pub fn from_system_time(t: SystemTime) -> UnixMillis {
+    let ms = t
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    UnixMillis(ms)
+}
+
+/// A duration in whole milliseconds, as statements take it (saturating).
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn durations_round_trip_through_their_text() {
-        for text in ["500ms", "2s", "15m", "24h", "30d"] {
+        for text in ["500ms", "2s", "15m", "36h", "30d"] {
             let d = parse_duration(text).unwrap();
             assert_eq!(human_duration(d), text);
         }
@@ -117,8 +137,13 @@ mod tests {
     }
 
     #[test]
+    fn time_round_trips_through_system_time() {
+        let t = UnixMillis(1_764_700_000_123);
+        assert_eq!(from_system_time(to_system_time(t)), t);
+    }
+
+    #[test]
     fn rfc3339_has_millis_and_utc() {
-        use idemkey_core::UnixMillis;
         assert_eq!(rfc3339(UnixMillis(0)), "1970-01-01T00:00:00.000Z");
         assert_eq!(
             rfc3339(UnixMillis(1_764_700_000_123)),

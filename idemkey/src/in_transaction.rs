@@ -28,11 +28,11 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
-//! use idemkey::db::AccountId;
+//! use uuid::Uuid;
 //! use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
 //! use idemkey::in_transaction::{Options, Outcome, pg_in_transaction};
 //!
-//! # async fn run(client: &mut tokio_postgres::Client, account: AccountId) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn run(client: &mut tokio_postgres::Client, account: Uuid) -> Result<(), Box<dyn std::error::Error>> {
 //! let operation = OperationId::from_static("POST /payments:v1");
 //! let body = r#"{"cents":500}"#;
 //! let fingerprint = Fingerprint::of_json(&operation, body)?;
@@ -67,7 +67,7 @@
 //! [`sqlite_enqueue`] on the open transaction: it is delivered only if the
 //! transaction commits, and only once per key (a replay runs no closure).
 //! A [`crate::outbox::Worker`] with your delivery function delivers it, at
-//! least once; send it with [`crate::outbox::message::OutboxMessage::downstream_key`]
+//! least once; send it with [`crate::store::outbox::OutboxMessage::downstream_key`]
 //! so the receiver can deduplicate the repeats (`server/examples/outbox.rs`).
 //!
 //! # Behind PgBouncer (transaction pooling)
@@ -86,7 +86,9 @@ pub use crate::store::postgres::enqueue as pg_enqueue;
 #[cfg(all(feature = "sqlite", feature = "outbox"))]
 pub use crate::store::sqlite::enqueue as sqlite_enqueue;
 
+#[cfg(feature = "postgres")]
 use std::future::Future;
+#[cfg(feature = "postgres")]
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;

@@ -23,8 +23,14 @@
 //! `outbox` with that feature), optionally under a prefix
 //! ([`store::Tables`]); see [`store::migrations`].
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
+// A build without any store has nothing to call its store code with.
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite", feature = "redis")),
+    allow(unused_variables, dead_code)
+)]
 
 pub mod duration;
+pub mod error;
 pub mod idempotency;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod in_transaction;
@@ -43,5 +49,6 @@ pub mod request_log;
 pub mod serve;
 pub mod store;
 
+pub use error::StoreError;
 pub use idempotency::Records;
-pub use store::{Db, StoreError};
+pub use store::Db;

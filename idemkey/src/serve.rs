@@ -27,20 +27,8 @@ use tokio::sync::Notify;
 use tower::ServiceExt as _;
 use tracing::{debug, info, warn};
 
-pub use crate::load_shed::Limits;
+pub use crate::load_shed::{Limits, healthz};
 
-/// `GET /healthz`: liveness, answered without the database or its pool
-/// (a slow or locked database is `/readyz`'s business; a liveness probe
-/// that waited on it would get a busy process restarted). The accept loop
-/// answers it even past its connection cap.
-pub async fn healthz() -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        r#"{"status":"ok"}"#,
-    )
-        .into_response()
-}
 use crate::load_shed::{self, Admission, Shedder};
 
 /// How long a client may take to send a request head.

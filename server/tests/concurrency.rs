@@ -93,7 +93,7 @@ async fn two_processes_starting_at_once_migrate_once(backend: Backend) {
             .count()
     };
     let recorded: usize = env
-        .sql("SELECT count(*) FROM schema_migrations")
+        .sql("SELECT count(*) FROM idemkey_migrations")
         .parse()
         .unwrap();
     assert!(recorded >= 1, "no migration recorded");

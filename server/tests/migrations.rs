@@ -14,7 +14,7 @@ const ACCOUNT: &str = "3f0e8a64-9b2c-4c1e-8d8e-2a4f6c1b9d70";
 
 fn migration(backend: &str, file: &str) -> String {
     let path = format!(
-        "{}/src/db/{backend}/migrations/{file}",
+        "{}/src/db/{backend}/migrations/legacy/{file}",
         env!("CARGO_MANIFEST_DIR")
     );
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -193,5 +193,5 @@ async fn a_migration_waits_past_the_request_lock_timeout() {
     };
     let (ok, _, err) = held;
     assert!(ok, "migrate failed while waiting for the lock: {err}");
-    assert_ne!(env.sql("SELECT count(*) FROM schema_migrations"), "0");
+    assert_ne!(env.sql("SELECT count(*) FROM idemkey_migrations"), "0");
 }

@@ -191,7 +191,7 @@ async fn readyz_answers_200_when_migrated_and_503_when_a_migration_is_missing() 
     assert_eq!(response.status(), 200);
 
     let conn = rusqlite::Connection::open(db.db()).unwrap();
-    conn.execute("DELETE FROM schema_migrations", []).unwrap();
+    conn.execute("DELETE FROM idemkey_migrations", []).unwrap();
     drop(conn);
     // The 200 is reused for up to a second (probes share one query).
     let (response, body) = readyz_once_not_ready(&db.state).await;
@@ -363,7 +363,7 @@ async fn postgres_readyz_and_pool_gauges() {
     );
     assert!(text.contains("idemkey_pool_available{backend=\"postgres\"}"));
 
-    env.sql("DELETE FROM schema_migrations WHERE version = 3");
+    env.sql("DELETE FROM idemkey_migrations WHERE component = 'records'");
     let (response, body) = readyz_once_not_ready(&state).await;
     assert_eq!(response.status(), 503, "{body}");
     assert!(body.contains(r#""code":"service-unavailable""#), "{body}");

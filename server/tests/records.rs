@@ -6,9 +6,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use idemkey::Db;
+use idemkey::store::StoreSettings as PgSettings;
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, Stored};
 use idemkey_server::Settings;
-use idemkey_server::db::{Db, PgSettings};
 use idemkey_server::idempotency::{
     self, ClaimToken, Claimed, Done, Mode, NewClaim, Outcome, Policy, RecordKey, Records as _,
     Scope, Step, StoredResponse,

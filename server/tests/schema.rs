@@ -25,7 +25,7 @@ const REFERENCE_TABLES: &[(&str, &str)] = &[
         "api_tokens",
         "a request's token is looked up before its account is known",
     ),
-    ("schema_migrations", "the migration runner's own table"),
+    ("idemkey_migrations", "the migration runner's own table"),
     (
         "products",
         "the catalogue: every order of every account reads its prices",

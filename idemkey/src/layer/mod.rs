@@ -83,7 +83,7 @@
 //! # Example
 //! ```no_run
 //! use axum::{Router, routing::post};
-//! use idemkey::db::{Db, PgSettings};
+//! use idemkey::store::{Db, PgSettings};
 //! use idemkey::layer::IdempotencyLayer;
 //! use std::time::Duration;
 //!
@@ -106,12 +106,11 @@
 //!
 //! A layer cannot be built without a scope function:
 //! ```compile_fail
-//! # async fn run(db: idemkey::db::Db) {
+//! # async fn run(db: idemkey::store::Db) {
 //! let layer = idemkey::layer::IdempotencyLayer::new(db);
 //! # }
 //! ```
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,7 +126,11 @@ use crate::metrics::Metrics;
 use crate::store::Db;
 
 mod body;
+mod config;
 mod service;
+
+use config::{Config, Trimmer};
+pub use config::{FingerprintFn, ScopeFn, TRIM_BATCH};
 
 pub use service::IdempotencyService;
 
@@ -149,22 +152,11 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// `--trim-interval`.
 pub const DEFAULT_TRIM_INTERVAL: Duration = Duration::from_secs(60);
 
-/// Rows per trim batch, as the order service's `--trim-batch` default.
-pub const TRIM_BATCH: u32 = 500;
-
 /// Default largest request body read (1 MiB).
 pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
 
 /// Default largest response body stored for replay (1 MiB).
 pub const DEFAULT_MAX_STORED_RESPONSE: usize = 1024 * 1024;
-
-/// Chooses a record's scope from the request head; `None` answers 401.
-pub type ScopeFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
-
-/// Fingerprints a request from its operation, head and body; an error is
-/// answered as it is (e.g. 400 `request-invalid`).
-pub type FingerprintFn =
-    dyn Fn(&OperationId, &Parts, &[u8]) -> Result<Fingerprint, Problem> + Send + Sync;
 
 /// The default fingerprint:
 /// [`Fingerprint::of_value`]`(operation, {"method", "path", "body"})`, where
@@ -206,42 +198,6 @@ pub fn default_fingerprint(operation: &OperationId, parts: &Parts, body: &[u8]) 
     Fingerprint::of_http(operation, parts.method.as_str(), path, content_type, body)
 }
 
-/// Settings shared by every service the layer builds.
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) methods: HashSet<Method>,
-    pub(crate) key_profile: KeyProfile,
-    pub(crate) policy: Policy,
-    pub(crate) operation: OperationId,
-    pub(crate) max_request_body: usize,
-    pub(crate) body_read_timeout: Duration,
-    pub(crate) max_stored_response: usize,
-    pub(crate) replay_headers: Vec<String>,
-    pub(crate) scope: Arc<ScopeFn>,
-    pub(crate) fingerprint: Arc<FingerprintFn>,
-    pub(crate) metrics: Option<Arc<Metrics>>,
-    pub(crate) retention: Duration,
-    /// `None`: no trim task.
-    pub(crate) trim_interval: Option<Duration>,
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("operation", &self.operation)
-            .field("methods", &self.methods)
-            .field("key_profile", &self.key_profile)
-            .field("policy", &self.policy)
-            .field("max_request_body", &self.max_request_body)
-            .field("body_read_timeout", &self.body_read_timeout)
-            .field("max_stored_response", &self.max_stored_response)
-            .field("replay_headers", &self.replay_headers)
-            .field("retention", &self.retention)
-            .field("trim_interval", &self.trim_interval)
-            .finish_non_exhaustive()
-    }
-}
-
 /// A tower [`Layer`] that makes the wrapped routes safe to retry with an
 /// `Idempotency-Key` (see the [module documentation](self)).
 ///
@@ -252,44 +208,6 @@ pub struct IdempotencyLayer<R = Db> {
     db: R,
     config: Arc<Config>,
     trimmer: Arc<Trimmer>,
-}
-
-/// The layer's trim task, started by the first guarded request (a runtime
-/// is running then) and stopped when the last service holding this is
-/// dropped: the task ends when its stop channel's sender goes.
-#[derive(Debug, Default)]
-pub(crate) struct Trimmer {
-    stop: std::sync::OnceLock<tokio::sync::watch::Sender<bool>>,
-}
-
-impl Trimmer {
-    /// Starts the task unless it runs, the settings turn it off, the store
-    /// expires records itself (Redis) or no runtime is running.
-    pub(crate) fn start<R>(&self, db: &R, config: &Config)
-    where
-        R: Records + Clone + Send + Sync + 'static,
-    {
-        let Some(interval) = config.trim_interval else {
-            return;
-        };
-        if db.expires_records() || self.stop.get().is_some() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        self.stop.get_or_init(|| {
-            let (stop, stopped) = tokio::sync::watch::channel(false);
-            runtime.spawn(crate::maintenance::run(
-                db.clone(),
-                config.retention,
-                interval,
-                TRIM_BATCH,
-                stopped,
-            ));
-            stop
-        });
-    }
 }
 
 impl<R: Records + Clone> IdempotencyLayer<R> {

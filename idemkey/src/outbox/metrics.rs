@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use parking_lot::Mutex;
 
-use crate::outbox::message::OutboxStats;
+use crate::store::outbox::OutboxStats;
 
 /// Deliveries by effect and outcome, counted by the workers of this process.
 #[derive(Debug, Default)]

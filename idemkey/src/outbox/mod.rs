@@ -8,7 +8,8 @@
 //! message's idempotency key ([`message::OutboxMessage::downstream_key`]).
 //! "Once" ends where the downstream's own key retention ends.
 
-pub mod message;
+/// The messages as the stores read and write them.
+pub use crate::store::outbox as message;
 mod metrics;
 mod worker;
 

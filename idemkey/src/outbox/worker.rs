@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use super::OutboxMetrics;
-use crate::outbox::message::{OutboxMessage, Settlement};
+use crate::store::outbox::{OutboxMessage, Settlement};
 use crate::store::{Db, StoreError};
 
 /// The longest a delivery waits on a downstream's `Retry-After`: an answer

@@ -132,8 +132,9 @@ impl Db {
             idemkey::Db::Sqlite(db) => Self::Sqlite(SqliteOrders::new(db)),
             _ => {
                 return Err(StoreError::Unsupported(
-                    "the order service keeps each order and its key's record in one \
-                     transaction, which Redis cannot join: use postgres:// or sqlite://"
+                    "Redis serves the idempotency layer (lease mode) only: the order service \
+                     keeps each order and its key's record in one database transaction, which \
+                     Redis cannot join; use postgres:// or sqlite://"
                         .into(),
                 ));
             }

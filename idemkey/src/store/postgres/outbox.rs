@@ -7,9 +7,10 @@ use std::time::{Duration, SystemTime};
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
-use super::{PgDb, db_error};
+use super::db::PgDb;
+use super::error::db_error;
 use crate::idempotency::RecordKey;
-use crate::outbox::message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
+use crate::store::outbox::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
 use crate::store::{StoreError, from_system_time, millis};
 
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
@@ -70,7 +71,7 @@ impl PgDb {
         let lease = Uuid::new_v4();
         let rows = client
             .query(
-                &*self.tables.render_static(CLAIM),
+                &*self.tables().render_static(CLAIM),
                 &[&i64::from(limit), &millis(lease_for), &lease, &effects],
             )
             .await
@@ -90,7 +91,7 @@ impl PgDb {
         let (result, error, delay) = settlement.columns();
         let n = client
             .execute(
-                &*self.tables.render_static(SETTLE),
+                &*self.tables().render_static(SETTLE),
                 &[
                     &message.id,
                     &message.lease,
@@ -110,7 +111,7 @@ impl PgDb {
     pub(crate) async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_one(&*self.tables.render_static(STATS), &[])
+            .query_one(&*self.tables().render_static(STATS), &[])
             .await
             .map_err(db_error)?;
         let count = |name| -> Result<u64, StoreError> {
@@ -132,7 +133,7 @@ impl PgDb {
         let client = self.client().await?;
         let rows = client
             .query(
-                &*self.tables.render_static(LIST),
+                &*self.tables().render_static(LIST),
                 &[&status, &i64::from(limit)],
             )
             .await
@@ -166,7 +167,7 @@ impl PgDb {
         let client = self.client().await?;
         let row = client
             .query_one(
-                &*self.tables.render_static(RETRY),
+                &*self.tables().render_static(RETRY),
                 &[&id, &millis(retention), &force],
             )
             .await

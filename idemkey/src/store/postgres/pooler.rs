@@ -20,7 +20,7 @@
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
-use super::db_error;
+use super::error::db_error;
 use crate::store::{PgPooler, StoreError, StoreSettings as PgSettings};
 
 /// The startup `options` of every session, where the connection path lets

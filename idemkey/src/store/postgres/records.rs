@@ -5,8 +5,6 @@
 //! Statements go with their parameter types (`query_typed`): one round trip
 //! each, with no separate prepare, on a pooled connection or on a caller's.
 
-use std::borrow::Cow;
-use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use idemkey_core::{Fingerprint, UnixMillis};
@@ -14,46 +12,14 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
-use super::{PgDb, db_error};
+use super::db::PgDb;
+use super::error::db_error;
+use super::statements::{DEFAULT, Statements};
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, Tables, from_system_time, millis};
-
-const CLAIM: &str = include_str!("sql/claim.sql");
-const READ: &str = include_str!("sql/read.sql");
-const TAKE_OVER: &str = include_str!("sql/take_over.sql");
-const COMPLETE: &str = include_str!("sql/complete.sql");
-const RELEASE: &str = include_str!("sql/release.sql");
-const TRIM: &str = include_str!("sql/trim.sql");
-
-/// The records statements, with the store's table names.
-#[derive(Debug)]
-pub(crate) struct Statements {
-    claim: Cow<'static, str>,
-    read: Cow<'static, str>,
-    take_over: Cow<'static, str>,
-    complete: Cow<'static, str>,
-    release: Cow<'static, str>,
-    trim: Cow<'static, str>,
-}
-
-impl Statements {
-    pub(crate) fn new(tables: &Tables) -> Self {
-        Self {
-            claim: tables.render_static(CLAIM),
-            read: tables.render_static(READ),
-            take_over: tables.render_static(TAKE_OVER),
-            complete: tables.render_static(COMPLETE),
-            release: tables.render_static(RELEASE),
-            trim: tables.render_static(TRIM),
-        }
-    }
-}
-
-static DEFAULT_STATEMENTS: LazyLock<Statements> =
-    LazyLock::new(|| Statements::new(&Tables::default()));
+use crate::store::{StoreError, from_system_time, millis};
 
 /// The records of one client or open transaction.
 #[derive(Debug)]
@@ -68,7 +34,7 @@ impl<'a, C> PgRecords<'a, C> {
     pub fn new(client: &'a C) -> Self {
         Self {
             client,
-            sql: &DEFAULT_STATEMENTS,
+            sql: &DEFAULT,
         }
     }
 
@@ -145,7 +111,7 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
         let rows = self
             .client
             .execute_typed(
-                &*self.sql.take_over,
+                &self.sql.take_over,
                 &[
                     (&scope, Type::TEXT),
                     (&operation, Type::TEXT),
@@ -178,7 +144,7 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
         let rows = self
             .client
             .execute_typed(
-                &*self.sql.complete,
+                &self.sql.complete,
                 &[
                     (&scope, Type::TEXT),
                     (&operation, Type::TEXT),
@@ -201,7 +167,7 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
         let rows = self
             .client
             .execute_typed(
-                &*self.sql.release,
+                &self.sql.release,
                 &[
                     (&scope, Type::TEXT),
                     (&operation, Type::TEXT),

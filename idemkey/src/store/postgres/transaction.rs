@@ -8,7 +8,8 @@ use std::time::Duration;
 use idemkey_core::Fingerprint;
 use tokio_postgres::{Client, Transaction};
 
-use super::{PgRecords, db_error};
+use super::error::db_error;
+use super::records::PgRecords;
 use crate::idempotency::{self, Done, Outcome, Policy, RecordKey};
 use crate::store::StoreError;
 

@@ -26,7 +26,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 use tracing::warn;
 
-use super::{immediate, sqlite_error};
+use super::connection::{immediate, sqlite_error};
 use crate::store::StoreError;
 
 /// Most orders in one transaction: bounds how long another process waits

@@ -7,9 +7,10 @@ use std::time::Duration;
 use rusqlite::{Connection, params};
 use uuid::Uuid;
 
-use super::{SqliteDb, immediate, sqlite_error};
+use super::connection::{immediate, sqlite_error};
+use super::db::SqliteDb;
 use crate::idempotency::RecordKey;
-use crate::outbox::message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
+use crate::store::outbox::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
 use crate::store::{StoreError, millis};
 use idemkey_core::UnixMillis;
 

@@ -28,7 +28,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 use tracing::warn;
 
-use super::Waiting;
+use super::connection::Waiting;
 
 /// Read-only connections by default (`--sqlite-readers`): two lets a page
 /// of orders and a lookup go on at once without many idle file handles.

@@ -2,58 +2,22 @@
 //! open transaction, and the database's own [`Records`] (each call one
 //! `BEGIN IMMEDIATE` transaction, committed before it returns).
 
-use std::borrow::Cow;
 use std::future::Future;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use idemkey_core::{Fingerprint, UnixMillis};
 use rusqlite::{Connection, Row, params};
 use uuid::Uuid;
 
-use super::{SqliteDb, immediate, sqlite_error};
+use super::connection::{immediate, sqlite_error};
+use super::db::SqliteDb;
+use super::statements::{DEFAULT, Statements};
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, Tables, millis};
-
-const CLAIM: &str = include_str!("sql/claim.sql");
-const READ: &str = include_str!("sql/read.sql");
-const TAKE_OVER: &str = include_str!("sql/take_over.sql");
-const COMPLETE: &str = include_str!("sql/complete.sql");
-const RELEASE: &str = include_str!("sql/release.sql");
-const TRIM: &str = include_str!("sql/trim.sql");
-const PURGE: &str = include_str!("sql/purge.sql");
-
-/// The records statements, with the store's table names.
-#[derive(Debug)]
-pub(crate) struct Statements {
-    claim: Cow<'static, str>,
-    read: Cow<'static, str>,
-    take_over: Cow<'static, str>,
-    complete: Cow<'static, str>,
-    release: Cow<'static, str>,
-    trim: Cow<'static, str>,
-    purge: Cow<'static, str>,
-}
-
-impl Statements {
-    pub(crate) fn new(tables: &Tables) -> Self {
-        Self {
-            claim: tables.render_static(CLAIM),
-            read: tables.render_static(READ),
-            take_over: tables.render_static(TAKE_OVER),
-            complete: tables.render_static(COMPLETE),
-            release: tables.render_static(RELEASE),
-            trim: tables.render_static(TRIM),
-            purge: tables.render_static(PURGE),
-        }
-    }
-}
-
-static DEFAULT_STATEMENTS: LazyLock<Arc<Statements>> =
-    LazyLock::new(|| Arc::new(Statements::new(&Tables::default())));
+use crate::store::{StoreError, millis};
 
 /// The records of one connection or open transaction. Its calls are
 /// blocking: use it on a blocking thread.
@@ -69,7 +33,7 @@ impl<'a> SqliteRecords<'a> {
     pub fn new(conn: &'a Connection) -> Self {
         Self {
             conn,
-            sql: Arc::clone(&DEFAULT_STATEMENTS),
+            sql: Arc::clone(&DEFAULT),
         }
     }
 
@@ -267,6 +231,11 @@ impl Records for SqliteRecords<'_> {
 }
 
 impl SqliteDb {
+    /// The records of `conn` in this store's tables.
+    pub fn records<'a>(&self, conn: &'a Connection) -> SqliteRecords<'a> {
+        SqliteRecords::of(self, conn)
+    }
+
     /// Runs `f` on the records in one `BEGIN IMMEDIATE` transaction,
     /// committed when `f` succeeds.
     async fn in_write<T, F>(&self, f: F) -> Result<T, StoreError>
@@ -407,8 +376,20 @@ mod tests {
     /// looked at a bound value, unless the plan is declared stable).
     #[test]
     fn repeated_claims_and_reads_are_not_prepared_again() {
-        let conn = super::super::open_connection(Path::new(":memory:"), super::super::DEFAULT_WAIT)
-            .expect("open");
+        let mut conn = super::super::connection::open_connection(
+            Path::new(":memory:"),
+            super::super::connection::DEFAULT_WAIT,
+        )
+        .expect("open");
+        super::super::migrate::migrate_in(
+            &mut conn,
+            &crate::store::Tables::default(),
+            &crate::store::migrations::library(
+                include_str!("migrations/records_0001.sql"),
+                include_str!("migrations/outbox_0001.sql"),
+            ),
+        )
+        .expect("migrate");
         let records = SqliteRecords::new(&conn);
         let key = RecordKey {
             scope: Scope::new("tenant-a").expect("a scope"),
@@ -431,7 +412,7 @@ mod tests {
                 })
             ));
         }
-        for sql in [CLAIM, READ] {
+        for sql in [&*DEFAULT.claim, &*DEFAULT.read] {
             let stmt = conn.prepare_cached(sql).expect("cached");
             assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
             assert!(stmt.get_status(StatementStatus::Run) >= 20, "{sql}");

@@ -7,7 +7,8 @@ use std::ops::Deref;
 use idemkey_core::Fingerprint;
 use rusqlite::Connection;
 
-use super::{SqliteRecords, immediate, sqlite_error};
+use super::connection::{immediate, sqlite_error};
+use super::records::SqliteRecords;
 use crate::idempotency::{self, Done, Outcome, Policy, RecordKey};
 
 /// Runs [`idempotency::run`] in a new `BEGIN IMMEDIATE` transaction of

@@ -1,0 +1,289 @@
+//! [`PgDb`]: the pool, its session settings and the migrations of the
+//! library's tables.
+
+use std::sync::Arc;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
+use tokio_postgres::types::Type;
+use tracing::info;
+
+use super::error::{db_error, pool_error};
+use super::statements::Statements;
+use super::{conninfo, pooler, tls};
+use crate::error::StoreError;
+use crate::store::migrations::{self, Known, Migration};
+use crate::store::{PgPooler, PoolStatus, StoreSettings as PgSettings, Tables};
+
+/// The limits of the migration transaction, in place of the request
+/// timeouts (`--lock-timeout`, `--statement-timeout`): generous, but a start
+/// that waits on a stuck migration still ends.
+const MIGRATION_TIMEOUTS: &str =
+    "SET LOCAL lock_timeout = '15min'; SET LOCAL statement_timeout = '15min'";
+
+/// Key of the advisory lock that serialises migrations between processes.
+const MIGRATION_LOCK: i64 = 0x6964_656d_6b65_7901; // "idemkey" + 1
+
+/// The PostgreSQL database.
+#[derive(Clone)]
+pub struct PgDb {
+    pool: Pool,
+    pooler: PgPooler,
+    tables: Tables,
+    pub(super) sql: Arc<Statements>,
+    known: Known,
+}
+
+impl std::fmt::Debug for PgDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgDb")
+            .field("status", &self.pool.status())
+            .finish()
+    }
+}
+
+impl PgDb {
+    /// Builds the pool for `url` (connections open lazily) and checks the
+    /// session's timeouts; [`PgDb::migrate`] applies the library's
+    /// migrations.
+    pub async fn connect(url: &str, settings: &PgSettings) -> Result<Self, StoreError> {
+        let (mut config, tls) = tls::configure(url)
+            .map_err(|e| StoreError::Unavailable(format!("invalid database URL: {e}")))?;
+        // Behind a transaction-mode pooler nothing may be sent as startup
+        // options (see pooler.rs); otherwise ours follow the URL's own.
+        if let Some(options) = pooler::startup_options(settings) {
+            conninfo::add_options(&mut config, &options);
+        }
+        config.connect_timeout(settings.connect_timeout);
+        if config.get_application_name().is_none() {
+            config.application_name(settings.application_name);
+        }
+        let manager = Manager::from_config(
+            config,
+            tls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.pool_size)
+            .runtime(Runtime::Tokio1)
+            .timeouts(Timeouts {
+                wait: Some(settings.pool_wait),
+                create: Some(settings.connect_timeout),
+                recycle: Some(settings.connect_timeout),
+            })
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("pool: {e}")))?;
+        let db = Self {
+            pool,
+            pooler: settings.pooler,
+            sql: Arc::new(Statements::new(&settings.tables)),
+            tables: settings.tables.clone(),
+            known: Known::default(),
+        };
+        pooler::check_timeouts(&*db.client().await?, settings).await?;
+        Ok(db)
+    }
+
+    /// Applies the library's pending migrations (see
+    /// [`crate::store::migrations`]).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.migrate_with(&migrations::library(
+            include_str!("migrations/records_0001.sql"),
+            include_str!("migrations/outbox_0001.sql"),
+        ))
+        .await
+    }
+
+    /// Applies the pending migrations of `list` in one transaction under a
+    /// transaction-level advisory lock, so that two processes starting at
+    /// once apply each migration exactly once; the lock ends with the
+    /// transaction, also behind a transaction pooler (a session-level lock
+    /// would stay on whichever server connection the pooler picked). An
+    /// application runs its own components through it; the store's
+    /// readiness check then covers them too.
+    pub async fn migrate_with(&self, list: &[Migration]) -> Result<(), StoreError> {
+        self.known.add(list);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        // The request timeouts are not for migrations: a migration of a big
+        // table, or a process waiting for another one's, takes longer.
+        tx.batch_execute(MIGRATION_TIMEOUTS)
+            .await
+            .map_err(db_error)?;
+        tx.execute_typed(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[(&MIGRATION_LOCK, Type::INT8)],
+        )
+        .await
+        .map_err(db_error)?;
+        let book = self.tables.migrations();
+        tx.batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {book} (
+                 component text NOT NULL,
+                 version integer NOT NULL,
+                 name text NOT NULL,
+                 adopted boolean NOT NULL DEFAULT false,
+                 applied_at timestamptz NOT NULL DEFAULT now(),
+                 PRIMARY KEY (component, version))"
+        ))
+        .await
+        .map_err(db_error)?;
+        let applied = applied_migrations(&*tx, &book).await?;
+        let mut done = Vec::new();
+        for m in list {
+            if applied
+                .iter()
+                .any(|(c, v)| c == m.component && *v == m.version)
+            {
+                continue;
+            }
+            let adopted = match m.adopt {
+                Some(adopt) => self.adoptable(&tx, adopt).await?,
+                None => false,
+            };
+            if !adopted {
+                tx.batch_execute(&self.tables.render(m.sql))
+                    .await
+                    .map_err(db_error)?;
+            }
+            tx.execute_typed(
+                &format!(
+                    "INSERT INTO {book} (component, version, name, adopted) VALUES ($1, $2, $3, $4)"
+                ),
+                &[
+                    (&m.component, Type::TEXT),
+                    (&m.version, Type::INT4),
+                    (&m.name, Type::TEXT),
+                    (&adopted, Type::BOOL),
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+            done.push((m.label(), m.name, adopted));
+        }
+        tx.commit().await.map_err(db_error)?;
+        for (migration, name, adopted) in done {
+            info!(migration, name, adopted, "applied migration");
+        }
+        Ok(())
+    }
+
+    /// Whether `adopt`'s table already exists as the migration would have
+    /// made it; a table of that name without the marker column is
+    /// [`StoreError::Corrupt`].
+    async fn adoptable(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        adopt: migrations::Adopt,
+    ) -> Result<bool, StoreError> {
+        let table = self.tables.render(adopt.table);
+        let row = tx
+            .query_one(
+                "SELECT to_regclass(current_schema() || '.' || $1) IS NOT NULL,
+                        EXISTS (SELECT 1 FROM information_schema.columns
+                                WHERE table_schema = current_schema()
+                                  AND table_name = $1 AND column_name = $2)",
+                &[&table, &adopt.column],
+            )
+            .await
+            .map_err(db_error)?;
+        let (exists, marked): (bool, bool) = (row.get(0), row.get(1));
+        if exists && !marked {
+            return Err(StoreError::Corrupt(format!(
+                "table {table} exists but was not made by idemkey: choose a table prefix"
+            )));
+        }
+        Ok(exists)
+    }
+
+    /// The names of the library's tables in this database.
+    pub fn tables(&self) -> &Tables {
+        &self.tables
+    }
+
+    /// What sits between this store and PostgreSQL.
+    pub fn pooler(&self) -> PgPooler {
+        self.pooler
+    }
+
+    /// The pool, for callers that run their own statements next to ours
+    /// (e.g. [`crate::in_transaction`]).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The connection pool's figures.
+    pub fn pool_status(&self) -> PoolStatus {
+        let status = self.pool.status();
+        PoolStatus {
+            max_size: status.max_size,
+            size: status.size,
+            available: status.available,
+            waiting: status.waiting,
+        }
+    }
+
+    /// Closes the pool's connections (at shutdown).
+    pub fn close(&self) {
+        self.pool.close();
+    }
+
+    /// The migrations this store was asked to apply that the database has
+    /// not applied (empty when it is up to date), as `component/version`.
+    pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let applied = applied_migrations(&**client, &self.tables.migrations()).await?;
+        Ok(self
+            .known
+            .all()
+            .iter()
+            .filter(|m| {
+                !applied
+                    .iter()
+                    .any(|(c, v)| c == m.component && *v == m.version)
+            })
+            .map(Migration::label)
+            .collect())
+    }
+
+    /// A connection of the pool, waiting at most the pool's wait.
+    pub async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_error)
+    }
+
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client.simple_query("SELECT 1").await.map_err(db_error)?;
+        Ok(())
+    }
+}
+
+/// The `(component, version)` pairs a database has applied; none when
+/// the bookkeeping table does not exist yet.
+async fn applied_migrations(
+    client: &impl tokio_postgres::GenericClient,
+    book: &str,
+) -> Result<Vec<(String, i32)>, StoreError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&book])
+        .await
+        .map_err(db_error)?
+        .get(0);
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let rows = client
+        .query_typed(&format!("SELECT component, version FROM {book}"), &[])
+        .await
+        .map_err(db_error)?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get(0).map_err(db_error)?,
+                row.try_get(1).map_err(db_error)?,
+            ))
+        })
+        .collect()
+}
