@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::checker::Report;
-use crate::scenarios::Size;
+use crate::kit::Size;
 use crate::servers::{ServerSet, create_account, rss_kib, server_bin};
 
 /// What came back on a raw connection.

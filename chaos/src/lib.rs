@@ -19,6 +19,7 @@
 pub mod checker;
 pub mod driver;
 pub mod hostile;
+mod kit;
 pub mod payments;
 pub mod payments_check;
 pub mod proxy;

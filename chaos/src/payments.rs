@@ -19,14 +19,14 @@ use idemkey_testkit::{PgCluster, parse_request_log};
 
 use crate::checker::{Report, pg_connect};
 use crate::driver::Account;
+use crate::kit::{
+    Size, Tally, accounts, e, finish, load_config, load_with, runtime, string_args, wait_healthy,
+};
 use crate::payments_check::{
     CHARGE, OrderKey, OutboxRow, PaidOrder, PaymentFacts, ProviderCharge, ShownPayment,
     check_payments, provider_log_counts,
 };
 use crate::rng::Rng;
-use crate::scenarios::{
-    Size, Tally, accounts, e, finish, load_config, load_with, runtime, string_args, wait_healthy,
-};
 use crate::servers::{Role, ServerSet, server_bin, tail};
 
 /// The provider's fault rates the issue asks for.

@@ -30,6 +30,7 @@
 //! ```
 
 mod bounds;
+mod model;
 pub mod properties;
 mod protocol;
 mod state;

@@ -4,7 +4,6 @@
 //! the store's clock and trim.
 
 use idemkey_core::{Decision, ExpiryPolicy, UnixMillis, decide};
-use stateright::Model;
 
 use crate::bounds::{ATTEMPTS, Action, Bounds, Mode};
 use crate::state::{
@@ -18,9 +17,9 @@ pub struct Protocol {
     pub bounds: Bounds,
 }
 
-const CRASH: usize = 0;
-const LOSE: usize = 1;
-const TEMPORARY: usize = 2;
+pub(crate) const CRASH: usize = 0;
+pub(crate) const LOSE: usize = 1;
+pub(crate) const TEMPORARY: usize = 2;
 
 impl Protocol {
     /// The model of `bounds`.
@@ -433,59 +432,6 @@ impl Protocol {
             faults: [0; 3],
             ghost: Ghost::default(),
         }
-    }
-}
-
-impl Model for Protocol {
-    type State = State;
-    type Action = Action;
-
-    fn init_states(&self) -> Vec<State> {
-        vec![self.init()]
-    }
-
-    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-        let b = &self.bounds;
-        let fault = |kind: usize| state.faults[kind] < b.faults[kind];
-        for (server, phase) in (0u8..).zip(&state.servers) {
-            match phase {
-                Phase::Idle => {
-                    for (client, c) in (0u8..).zip(&state.clients) {
-                        if c.answer.is_none() && c.sent < b.sends {
-                            actions.push(Action::Send { client, server });
-                        }
-                    }
-                }
-                Phase::Respond { .. } => {
-                    actions.push(Action::Deliver(server));
-                    if fault(LOSE) {
-                        actions.push(Action::Lose(server));
-                    }
-                }
-                Phase::Effect { .. } => {
-                    actions.push(Action::Effect { server, ok: true });
-                    if fault(TEMPORARY) {
-                        actions.push(Action::Effect { server, ok: false });
-                    }
-                }
-                _ => actions.push(Action::Step(server)),
-            }
-            if fault(CRASH) && !matches!(phase, Phase::Idle | Phase::Respond { .. }) {
-                actions.push(Action::Crash(server));
-            }
-        }
-        if state.clock < b.last_tick {
-            actions.push(Action::Tick);
-        }
-        actions.push(Action::Trim);
-    }
-
-    fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        self.apply(last, action)
-    }
-
-    fn properties(&self) -> Vec<stateright::Property<Self>> {
-        crate::properties::all()
     }
 }
 

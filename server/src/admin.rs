@@ -10,7 +10,7 @@ use idemkey_server::db::{AccountId, AccountSummary, Db, DemoAccount, Revocation,
 use idemkey_server::routes::DemoAccounts;
 use tracing::info;
 
-use crate::{cli_settings, open_store};
+use crate::open::{cli_settings, open_store};
 
 /// The names of demo mode's accounts, by slot (the slot, not the name, is
 /// how they are found again).

@@ -4,11 +4,12 @@
 //! then ignored. Even with the feature, the server honours the header only
 //! under `--test-faults` with `IDEMKEY_ALLOW_TEST_FAULTS=1`.
 
-use std::time::Duration;
-
 use axum::http::HeaderMap;
 
 use crate::Settings;
+#[cfg(feature = "test-faults")]
+use crate::hold::{HELD, SERVING};
+pub use crate::hold::{HOLD, Hold};
 
 /// Request header naming a fault to inject: `fail-storing-result`,
 /// `exit-after-commit`, `drop-after-commit` or `hold-before-commit`.
@@ -19,9 +20,6 @@ pub const TEST_FAULT_HEADER: &str = "x-idemkey-test-fault";
 /// commit. At least 1 proves that a concurrent request overlapped the
 /// uncommitted claim (a test's evidence that it tested a race).
 pub const OVERLAP_HEADER: &str = "x-idemkey-test-overlap";
-
-/// How long `hold-before-commit` keeps a new order's transaction open.
-pub const HOLD: Duration = Duration::from_millis(500);
 
 /// Exit status of the process when `exit-after-commit` fires.
 pub const EXIT_AFTER_COMMIT_STATUS: i32 = 86;
@@ -95,64 +93,6 @@ pub fn after_commit(fault: Option<Fault>) -> bool {
     false
 }
 
-/// Requests this process is serving (`hold-before-commit`'s evidence).
-#[cfg(feature = "test-faults")]
-static SERVING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-#[cfg(feature = "test-faults")]
-tokio::task_local! {
-    static HELD: Hold;
-}
-
-/// The `hold-before-commit` fault of the request being served, which the
-/// stores apply before committing a new order (nothing in builds without
-/// the fault).
-#[derive(Clone, Debug)]
-pub struct Hold {
-    /// Other requests served when the hold ended; `u64::MAX` until then.
-    #[cfg(feature = "test-faults")]
-    overlap: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Hold {
-    /// The current request's hold, if it asked for one. Call it on the
-    /// request's task (before handing work to a blocking thread).
-    pub fn current() -> Option<Self> {
-        #[cfg(feature = "test-faults")]
-        return HELD.try_with(Self::clone).ok();
-        #[cfg(not(feature = "test-faults"))]
-        None
-    }
-
-    /// Holds for [`HOLD`], then records how many other requests this
-    /// process serves.
-    pub async fn wait(&self) {
-        #[cfg(feature = "test-faults")]
-        {
-            tracing::warn!("test fault: holding a new order for {HOLD:?} before its commit");
-            tokio::time::sleep(HOLD).await;
-            self.ended();
-        }
-    }
-
-    /// [`Hold::wait`] on a blocking thread (the SQLite store).
-    pub fn wait_blocking(&self) {
-        #[cfg(feature = "test-faults")]
-        {
-            tracing::warn!("test fault: holding a new order for {HOLD:?} before its commit");
-            std::thread::sleep(HOLD);
-            self.ended();
-        }
-    }
-
-    #[cfg(feature = "test-faults")]
-    fn ended(&self) {
-        use std::sync::atomic::Ordering;
-        let others = SERVING.load(Ordering::SeqCst).saturating_sub(1);
-        self.overlap.store(others, Ordering::SeqCst);
-    }
-}
-
 /// Middleware: counts the requests being served and, for a request that
 /// asks for `hold-before-commit`, makes the hold available to the stores and
 /// reports its overlap in [`OVERLAP_HEADER`].
@@ -162,7 +102,7 @@ pub async fn track(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::Ordering;
 
     struct Serving;
     impl Drop for Serving {
@@ -175,10 +115,8 @@ pub async fn track(
     if requested(state.settings(), request.headers()) != Some(Fault::HoldBeforeCommit) {
         return next.run(request).await;
     }
-    let hold = Hold {
-        overlap: std::sync::Arc::new(AtomicU64::new(u64::MAX)),
-    };
-    let overlap = std::sync::Arc::clone(&hold.overlap);
+    let hold = Hold::new();
+    let overlap = hold.overlap();
     let mut response = HELD.scope(hold, next.run(request)).await;
     let others = overlap.load(Ordering::SeqCst);
     if others != u64::MAX {

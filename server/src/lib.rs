@@ -36,6 +36,7 @@ pub mod catalogue;
 pub mod config;
 pub mod db;
 pub mod faults;
+pub mod hold;
 pub mod log_buffer;
 pub mod metrics;
 pub mod operator;

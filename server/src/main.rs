@@ -4,11 +4,14 @@ use std::process::ExitCode;
 
 mod admin;
 mod fixture;
+mod open;
 mod outbox_cli;
 
+use open::{cli_settings, database_url, open_store};
+
 use clap::Parser as _;
-use idemkey_server::config::{Cli, Command, DatabaseArgs, LogFormat, ServeArgs};
-use idemkey_server::db::{DEFAULT_DATABASE_URL, Db, PgSettings};
+use idemkey_server::config::{Cli, Command, LogFormat, ServeArgs};
+use idemkey_server::db::PgSettings;
 use idemkey_server::serve::shutdown_signal;
 use idemkey_server::{AppState, Settings, app, maintenance, serve, telemetry, token_usage};
 use tracing::{error, info};
@@ -55,33 +58,6 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Token(command) => admin::token(command).await,
         Command::Provider(args) => idemkey_provider_sim::run(args).await,
     }
-}
-
-/// The PostgreSQL settings of a one-off command.
-pub(crate) fn cli_settings(database: &DatabaseArgs) -> PgSettings {
-    PgSettings {
-        pooler: database.pg_pooler,
-        ..PgSettings::default()
-    }
-}
-
-/// The database URL: the flag or `DATABASE_URL`, else the SQLite default.
-fn database_url(database: &DatabaseArgs) -> (&str, bool) {
-    match database.database_url.as_deref() {
-        Some(url) if !url.is_empty() => (url, false),
-        _ => (DEFAULT_DATABASE_URL, true),
-    }
-}
-
-pub(crate) async fn open_store(
-    database: &DatabaseArgs,
-    settings: &PgSettings,
-) -> Result<Db, String> {
-    let (url, _) = database_url(database);
-    let store = Db::open(url, settings)
-        .await
-        .map_err(|e| format!("cannot open the database: {e}"))?;
-    Ok(store)
 }
 
 async fn run_serve(args: ServeArgs) -> Result<(), String> {

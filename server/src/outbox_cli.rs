@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use idemkey::outbox::OutboxMetrics;
-use idemkey_server::outbox::{OutboxCommand, WorkerArgs};
+use idemkey_server::config::{OutboxCommand, WorkerArgs};
 use idemkey_server::serve::shutdown_signal;
 use tracing::info;
 
-use crate::{cli_settings, open_store};
+use crate::open::{cli_settings, open_store};
 
 /// Delivers the outbox until SIGTERM or SIGINT.
 pub(crate) async fn worker(args: WorkerArgs) -> Result<(), String> {

@@ -5,7 +5,8 @@
 use idemkey_core::{IdempotencyKey, OperationId, UnixMillis};
 use uuid::Uuid;
 
-use super::{AccountId, StoreError};
+use super::caller::AccountId;
+use idemkey::StoreError;
 use idemkey::idempotency::{self, Outcome, Read, StoredResponse};
 
 /// A catalogue price: what one unit costs.
@@ -118,6 +119,9 @@ pub struct OrderDraft {
     pub charge: String,
     /// The 201 response to store.
     pub response: StoredResponse,
+    /// A test fault's hold before the commit (never set in builds without
+    /// the `test-faults` feature).
+    pub hold: Option<crate::hold::Hold>,
 }
 
 /// What [`super::Db::create_order`] came to.

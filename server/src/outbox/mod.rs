@@ -1,9 +1,8 @@
-//! The order service's outbox: its charge delivery to the payment provider
-//! and the `worker` and `outbox` commands. The outbox itself and its
-//! worker are the library's ([`idemkey::outbox`]).
+//! The order service's outbox effect: the charge, delivered to the payment
+//! provider. The outbox itself and its worker are the library's
+//! ([`idemkey::outbox`]); the `worker` and `outbox` commands' flags are in
+//! [`crate::config`].
 
-mod args;
 mod charge;
 
-pub use args::{OutboxArgs, OutboxCommand, WorkerArgs};
 pub use charge::{CHARGE, charge_delivery};

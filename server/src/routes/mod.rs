@@ -9,9 +9,9 @@ use idemkey_core::Problem;
 use tower_http::services::ServeDir;
 
 use crate::AppState;
-use crate::db::{Authed, TokenHash};
-use idemkey::problems::{ApiError, problem_response};
+use idemkey::problems::problem_response;
 
+mod authed;
 mod demo;
 mod demo_provider;
 mod operations;
@@ -61,20 +61,4 @@ async fn not_found() -> Response {
 
 async fn method_not_allowed() -> Response {
     problem_response(&Problem::method_not_allowed())
-}
-
-/// The caller's result, or 401 for a token that is unknown or revoked; a
-/// token that authenticated is noted for its `last_used_at`.
-pub(crate) fn authed<T>(
-    state: &AppState,
-    token: TokenHash,
-    answer: Authed<T>,
-) -> Result<T, ApiError> {
-    match answer {
-        Authed::Unauthorized => Err(Problem::unauthorized().into()),
-        Authed::Ok(value) => {
-            state.token_usage().note(token);
-            Ok(value)
-        }
-    }
 }

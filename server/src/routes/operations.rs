@@ -13,7 +13,7 @@ use idemkey_core::{
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use serde::Serialize;
 
-use super::authed;
+use super::authed::authed;
 use crate::AppState;
 use crate::auth::bearer_hash;
 use idemkey::duration::rfc3339;

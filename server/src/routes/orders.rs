@@ -21,7 +21,8 @@ use tracing::warn;
 
 use uuid::Uuid;
 
-use super::{authed, lookup_path};
+use super::authed::authed;
+use super::operations::lookup_path;
 use crate::auth::{bearer_hash, hash_token};
 use crate::db::{
     AccountId, Order, OrderAttempt, OrderDraft, Payment, PaymentState, Refusal, StoreError,
@@ -265,6 +266,7 @@ async fn create_order(
             order: new,
             price: unit,
             response,
+            hold: crate::hold::Hold::current(),
         };
         let sent = Instant::now();
         match authed(

@@ -9,7 +9,7 @@ use idemkey::StoreError;
 use idemkey::store::postgres::db_error;
 use idemkey::store::{PgDb, from_system_time};
 
-use super::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
+use super::charge::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
 
 /// The charge statements over one store.
 pub(super) struct Charges<'a>(pub(super) &'a PgDb);

@@ -8,7 +8,7 @@ use idemkey::StoreError;
 use idemkey::store::SqliteDb;
 use idemkey::store::sqlite::{immediate, sqlite_error};
 
-use super::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
+use super::charge::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
 
 /// The charge statements over one store.
 pub(super) struct Charges<'a>(pub(super) &'a SqliteDb);

@@ -96,7 +96,7 @@ impl super::PgOrders {
             (&amount, Type::INT8),
             (&draft.charge, Type::TEXT),
         ];
-        let fused = match crate::faults::Hold::current() {
+        let fused = match &draft.hold {
             None => self.rows_raw(client, CREATE_ORDER, &params).await,
             // A test fault: the same statement, its transaction held open
             // before the commit when it created the order.

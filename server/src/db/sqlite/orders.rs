@@ -96,7 +96,7 @@ fn create_order_in(
     token: TokenHash,
     draft: &OrderDraft,
     policy: &Policy,
-    hold: Option<&crate::faults::Hold>,
+    hold: Option<&crate::hold::Hold>,
 ) -> Result<Authed<OrderAttempt>, StoreError> {
     let Some(account) = account_of(tx, token)? else {
         return Ok(Authed::Unauthorized);
@@ -174,9 +174,10 @@ impl super::SqliteOrders {
         policy: &Policy,
     ) -> Result<Authed<OrderAttempt>, StoreError> {
         let (draft, policy) = (draft.clone(), *policy);
-        let hold = crate::faults::Hold::current();
-        self.group_commit(move |tx| create_order_in(tx, token, &draft, &policy, hold.as_ref()))
-            .await
+        self.group_commit(move |tx| {
+            create_order_in(tx, token, &draft, &policy, draft.hold.as_ref())
+        })
+        .await
     }
 
     pub(crate) async fn lookup(

@@ -9,7 +9,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use idemkey_core::{ExpiryPolicy, KeyProfile};
 
 use crate::db::PgPooler;
+
+mod database;
+mod outbox;
+
+pub use database::DatabaseArgs;
 use idemkey::duration::{MAX_DURATION, MAX_INTERVAL, MAX_WAIT, duration_at_most};
+pub use outbox::{OutboxArgs, OutboxCommand, WorkerArgs};
 
 /// Environment variable that must be `1` for `--test-faults` to be accepted.
 pub const ALLOW_TEST_FAULTS_ENV: &str = "IDEMKEY_ALLOW_TEST_FAULTS";
@@ -40,10 +46,10 @@ pub enum Command {
     Token(TokenCommand),
     /// Deliver the outbox (charges to the payment provider) without
     /// serving HTTP; any number may run beside the servers (PostgreSQL).
-    Worker(crate::outbox::WorkerArgs),
+    Worker(WorkerArgs),
     /// Look at the outbox and send dead letters back to pending.
     #[command(subcommand)]
-    Outbox(crate::outbox::OutboxCommand),
+    Outbox(OutboxCommand),
     /// Serve the conformance fixture: test routes behind the idempotency
     /// layer (a conformance fixture for third-party suites; part of the
     /// binary, not of the library).
@@ -102,21 +108,6 @@ pub enum TokenCommand {
         #[command(flatten)]
         database: DatabaseArgs,
     },
-}
-
-/// Where the data lives.
-#[derive(Clone, Debug, Args)]
-pub struct DatabaseArgs {
-    /// postgres://user@host:5432/db (TLS: ?sslmode=verify-full&sslrootcert=FILE,
-    /// as in libpq) or sqlite://PATH; default sqlite://idemkey.db in the
-    /// working directory.
-    #[arg(long, env = "DATABASE_URL")]
-    pub database_url: Option<String>,
-    /// PostgreSQL only: `transaction` behind a pooler in transaction mode
-    /// (PgBouncer's pool_mode = transaction); the timeouts then come from
-    /// the role's settings (docs/pgbouncer.md).
-    #[arg(long, env = "IDEMKEY_PG_POOLER", value_enum, default_value_t = PgPooler::None)]
-    pub pg_pooler: PgPooler,
 }
 
 /// Log line format.
@@ -207,7 +198,7 @@ pub struct ServeArgs {
     pub auth_cache_ttl: Duration,
     /// Where charges go and how the outbox is delivered.
     #[command(flatten)]
-    pub outbox: crate::outbox::OutboxArgs,
+    pub outbox: OutboxArgs,
     /// Log format.
     #[arg(long, env = "IDEMKEY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

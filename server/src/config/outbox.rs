@@ -10,9 +10,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{CHARGE, charge_delivery};
-use crate::config::DatabaseArgs;
+use super::database::DatabaseArgs;
 use crate::db::Db;
+use crate::outbox::{CHARGE, charge_delivery};
 use crate::payments::client::{ProviderClient, redacted_url};
 use idemkey::duration::parse_duration;
 use idemkey::outbox::{OutboxMetrics, Worker, WorkerSettings};

@@ -1,0 +1,73 @@
+//! The operator's calls on accounts and tokens (the `account` and `token`
+//! commands, demo mode) and the batched `last_used_at` record, on either
+//! backend.
+
+use uuid::Uuid;
+
+use super::accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
+use super::caller::{AccountId, TokenHash};
+use super::store::Db;
+use idemkey::StoreError;
+
+impl Db {
+    /// Creates an account and stores the hash of its first token.
+    pub async fn create_account(
+        &self,
+        name: &str,
+        token: TokenHash,
+    ) -> Result<AccountId, StoreError> {
+        crate::each_backend!(self, db => db.create_account(name, token).await)
+    }
+
+    /// Every account, oldest first.
+    pub async fn list_accounts(&self) -> Result<Vec<AccountSummary>, StoreError> {
+        crate::each_backend!(self, db => db.accounts(None).await)
+    }
+
+    /// The accounts whose id or name is `selector`, oldest first.
+    pub async fn find_accounts(&self, selector: &str) -> Result<Vec<AccountSummary>, StoreError> {
+        crate::each_backend!(self, db => db.accounts(Some(selector)).await)
+    }
+
+    /// Adds a token to an account; `None` when no account has this id.
+    pub async fn create_token(
+        &self,
+        account: AccountId,
+        token: TokenHash,
+    ) -> Result<Option<TokenId>, StoreError> {
+        let id = TokenId(Uuid::new_v4());
+        let added = crate::each_backend!(self, db => db.create_token(account, id, token).await)?;
+        Ok(added.then_some(id))
+    }
+
+    /// An account's tokens, revoked ones included, oldest first.
+    pub async fn list_tokens(&self, account: AccountId) -> Result<Vec<TokenSummary>, StoreError> {
+        crate::each_backend!(self, db => db.tokens(account).await)
+    }
+
+    /// Revokes a token: from the commit on, no statement accepts it.
+    pub async fn revoke_token(&self, id: TokenId) -> Result<Revocation, StoreError> {
+        crate::each_backend!(self, db => db.revoke_token(id).await)
+    }
+
+    /// Demo mode's start: finds each of its accounts by its slot (creating
+    /// it the first time), revokes every token its accounts had (the
+    /// previous start's), and stores the new ones, in one transaction.
+    /// Returns the accounts in the order given and how many tokens were
+    /// revoked.
+    pub async fn start_demo(
+        &self,
+        accounts: &[DemoAccount<'_>],
+    ) -> Result<(Vec<AccountId>, u64), StoreError> {
+        crate::each_backend!(self, db => db.start_demo(accounts).await)
+    }
+
+    /// Sets `last_used_at` of these tokens to the database's `now` in one
+    /// statement; returns how many rows it touched.
+    pub async fn mark_tokens_used(&self, tokens: &[TokenHash]) -> Result<u64, StoreError> {
+        if tokens.is_empty() {
+            return Ok(0);
+        }
+        crate::each_backend!(self, db => db.mark_tokens_used(tokens).await)
+    }
+}

@@ -1,0 +1,241 @@
+//! [`Db`]: the order service's database (PostgreSQL or SQLite), its
+//! migrations and its calls, over the library's store.
+
+use std::time::Duration;
+
+use idemkey::StoreError;
+use idemkey::idempotency::{
+    ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey, Records, StoredResponse,
+    TrimReport,
+};
+use idemkey::store::migrations::{Adopt, Migration};
+use idemkey::store::{PgDb, PoolStatus, SqliteDb, StoreSettings};
+use idemkey_core::{IdempotencyKey, OperationId};
+use uuid::Uuid;
+
+use super::caller::{Authed, TokenHash};
+use super::legacy;
+use super::order::{Order, OrderAttempt, OrderDraft, Price};
+use super::postgres::PgOrders;
+use super::sqlite::SqliteOrders;
+
+/// The one place that matches on the backend: `$body` with `$db` bound to
+/// the backend's order store.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! each_backend {
+    ($self:expr, $db:ident => $body:expr) => {
+        match $self {
+            $crate::db::Db::Postgres($db) => $body,
+            $crate::db::Db::Sqlite($db) => $body,
+        }
+    };
+}
+
+/// The database used when none is given: a file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://idemkey.db";
+
+/// The order service's migrations (one component, `orders`): its tables in
+/// their current shape. A database made by an earlier version already has
+/// them (adopted; see [`legacy`]).
+pub(crate) fn migrations(backend: &str) -> [Migration; 1] {
+    let sql = if backend == "postgres" {
+        include_str!("postgres/migrations/orders_0001.sql")
+    } else {
+        include_str!("sqlite/migrations/orders_0001.sql")
+    };
+    [Migration {
+        component: "orders",
+        version: 1,
+        name: "orders",
+        sql,
+        adopt: Some(Adopt {
+            table: "orders",
+            column: "reference",
+        }),
+    }]
+}
+
+/// The order service's database.
+#[derive(Clone, Debug)]
+pub enum Db {
+    /// PostgreSQL: the shared, multi-instance store.
+    Postgres(PgOrders),
+    /// SQLite: the embedded, single-host store.
+    Sqlite(SqliteOrders),
+}
+
+impl Db {
+    /// Opens the database a URL names (`postgres://…`, libpq's `host=…`
+    /// form, or `sqlite://PATH`) and applies pending migrations: an earlier
+    /// version's list first, then the library's, then the order service's.
+    /// A Redis URL is [`StoreError::Unsupported`]: orders need a database
+    /// transaction.
+    pub async fn open(url: &str, settings: &StoreSettings) -> Result<Self, StoreError> {
+        let settings = StoreSettings {
+            application_name: "idemkey-server",
+            ..settings.clone()
+        };
+        let db = match idemkey::Db::connect(url, &settings).await? {
+            idemkey::Db::Postgres(db) => Self::Postgres(PgOrders::new(db)),
+            idemkey::Db::Sqlite(db) => Self::Sqlite(SqliteOrders::new(db)),
+            _ => {
+                return Err(StoreError::Unsupported(
+                    "Redis serves the idempotency layer (lease mode) only: the order service \
+                     keeps each order and its key's record in one database transaction, which \
+                     Redis cannot join; use postgres:// or sqlite://"
+                        .into(),
+                ));
+            }
+        };
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// Applies every pending migration (see [`Db::open`]).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            Self::Postgres(db) => legacy::postgres(db).await?,
+            Self::Sqlite(db) => legacy::sqlite(db).await?,
+        }
+        let store = self.store();
+        store.migrate().await?;
+        store.migrate_with(&migrations(self.backend())).await
+    }
+
+    /// The library's store over the same connections (for the Layer, the
+    /// outbox worker and maintenance).
+    pub fn store(&self) -> idemkey::Db {
+        match self {
+            Self::Postgres(db) => idemkey::Db::Postgres(PgDb::clone(db)),
+            Self::Sqlite(db) => idemkey::Db::Sqlite(SqliteDb::clone(db)),
+        }
+    }
+
+    /// `postgres` or `sqlite`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Postgres(_) => "postgres",
+            Self::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// SQLite only: `(batches, orders)` of new orders group-committed so
+    /// far (one fsync per batch).
+    pub fn order_batches(&self) -> Option<(u64, u64)> {
+        match self {
+            Self::Sqlite(db) => Some(db.group_commits()),
+            Self::Postgres(_) => None,
+        }
+    }
+
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        each_backend!(self, db => db.ping().await)
+    }
+
+    /// This build's migrations that the database has not applied, as
+    /// `component/version` (empty when it is up to date).
+    pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
+        each_backend!(self, db => db.pending_migrations().await)
+    }
+
+    /// `/readyz`'s question: the pending migrations, answered within
+    /// `within` or [`StoreError::Unavailable`].
+    pub async fn ready(&self, within: Duration) -> Result<Vec<String>, StoreError> {
+        self.store().ready(within).await
+    }
+
+    /// The connection pool's figures.
+    pub fn pool_status(&self) -> PoolStatus {
+        each_backend!(self, db => db.pool_status())
+    }
+
+    /// Closes the pool's connections (at shutdown).
+    pub fn close(&self) {
+        each_backend!(self, db => db.close())
+    }
+
+    /// Creates the draft's order with its key's record in one transaction,
+    /// or answers from what the key holds: the order route's front end.
+    pub async fn create_order(
+        &self,
+        token: TokenHash,
+        draft: &OrderDraft,
+        policy: &Policy,
+    ) -> Result<Authed<OrderAttempt>, StoreError> {
+        each_backend!(self, db => db.create_order(token, draft, policy).await)
+    }
+
+    /// The catalogue: every sku with its price.
+    pub async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
+        each_backend!(self, db => db.products().await)
+    }
+
+    /// The caller's order with this id, if it is theirs.
+    pub async fn order(
+        &self,
+        token: TokenHash,
+        id: Uuid,
+    ) -> Result<Authed<Option<Order>>, StoreError> {
+        each_backend!(self, db => db.order(token, id).await)
+    }
+
+    /// The caller's newest orders, newest first, at most `limit`.
+    pub async fn recent_orders(
+        &self,
+        token: TokenHash,
+        limit: u32,
+    ) -> Result<Authed<Vec<Order>>, StoreError> {
+        each_backend!(self, db => db.recent_orders(token, limit).await)
+    }
+
+    /// What the caller's account holds for `(operation, key)`, with the
+    /// store's clock.
+    pub async fn lookup(
+        &self,
+        token: TokenHash,
+        operation: &OperationId,
+        key: &IdempotencyKey,
+    ) -> Result<Authed<Read>, StoreError> {
+        each_backend!(self, db => db.lookup(token, operation, key).await)
+    }
+}
+
+impl Records for Db {
+    async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
+        each_backend!(self, db => db.claim(key, claim).await)
+    }
+
+    async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
+        each_backend!(self, db => db.read(key).await)
+    }
+
+    async fn take_over(
+        &self,
+        key: &RecordKey,
+        previous: &Record,
+        claim: &NewClaim,
+    ) -> Result<bool, StoreError> {
+        each_backend!(self, db => db.take_over(key, previous, claim).await)
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: ClaimToken,
+        response: &StoredResponse,
+        replay_ttl: Duration,
+        resource_id: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        each_backend!(self, db => db.complete(key, token, response, replay_ttl, resource_id).await)
+    }
+
+    async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
+        each_backend!(self, db => db.release(key, token).await)
+    }
+
+    async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
+        each_backend!(self, db => db.trim(retention, batch).await)
+    }
+}
