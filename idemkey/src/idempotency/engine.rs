@@ -193,6 +193,48 @@ pub fn step(read: &Read, key: &RecordKey, fingerprint: Fingerprint, policy: &Pol
     }
 }
 
+/// Where a read a front end already holds came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The store, at its clock: a row its own statement returned (e.g. a
+    /// fused claim-and-effect statement that found the key taken).
+    Store,
+    /// A copy of a completed record kept outside the store (a replay
+    /// cache), aged by its own clock: only what a copy can prove is answered
+    /// (a replay, or 422 for another payload); anything else is the store's
+    /// to decide.
+    Copy,
+}
+
+/// The answer to a request from a read the front end already holds, when
+/// there is one: the same decision table as [`run`], so that a front end
+/// with a fast path (one statement, or a cache) decides nothing itself.
+/// `None`: nothing can be answered from this read; run the request
+/// through [`run`] (a claim, a take-over or a re-execution), or, for a
+/// copy, ask the store.
+pub fn answer_for(
+    read: &Read,
+    key: &RecordKey,
+    fingerprint: Fingerprint,
+    policy: &Policy,
+    source: Source,
+) -> Option<Answer> {
+    match (step(read, key, fingerprint, policy), source) {
+        (Step::Answer(answer), Source::Store) => Some(answer),
+        (
+            Step::Answer(
+                answer @ (Answer::Replayed(_)
+                | Answer::Rejected {
+                    decision: Decision::Reused,
+                    ..
+                }),
+            ),
+            Source::Copy,
+        ) => Some(answer),
+        _ => None,
+    }
+}
+
 /// Claims the key (or takes it over) for a run, or answers.
 async fn acquire<R: Records>(
     records: &R,

@@ -14,8 +14,8 @@ mod records;
 mod response;
 
 pub use engine::{
-    Answer, DEFAULT_RETRY_AFTER, Done, Error, Mode, Outcome, Policy, Step, response_not_stored,
-    run, step,
+    Answer, DEFAULT_RETRY_AFTER, Done, Error, Mode, Outcome, Policy, Source, Step, answer_for,
+    response_not_stored, run, step,
 };
 pub use records::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, Scope, TrimReport, state_name,

@@ -12,8 +12,8 @@ use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idemkey_core::{
-    Decision, Fingerprint, HeadRules, IdempotencyKey, MAX_ORDER_BODY_BYTES, NewOrder,
-    ORDER_OPERATION, Problem, ProblemCode, RequestHead, check_body_len, check_head,
+    Fingerprint, HeadRules, IdempotencyKey, MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION,
+    Problem, ProblemCode, RequestHead, check_body_len, check_head,
 };
 use serde::Serialize;
 use std::time::Instant;
@@ -32,7 +32,7 @@ use crate::faults::{self, Fault};
 use crate::replay_cache::ReplayCache;
 use crate::{AppState, Settings};
 use idemkey::duration::rfc3339;
-use idemkey::idempotency::{self, Answer, Mode, Outcome, Policy, RecordKey, Step, StoredResponse};
+use idemkey::idempotency::{self, Mode, Outcome, Policy, RecordKey, Source, StoredResponse};
 use idemkey::metrics::OutcomeLabel;
 use idemkey::problems::json_response;
 use idemkey::problems::{
@@ -348,18 +348,10 @@ fn from_cache(
 ) -> Option<(&'static str, Response)> {
     let key = order_key(cache.account(token)?, key);
     let read = cache.read(&key)?;
-    let answer = match idempotency::step(&read, &key, fingerprint, policy) {
-        Step::Answer(
-            answer @ (Answer::Replayed(_)
-            | Answer::Rejected {
-                decision: Decision::Reused,
-                ..
-            }),
-        ) => answer,
-        _ => {
-            cache.forget(&key);
-            return None;
-        }
+    let Some(answer) = idempotency::answer_for(&read, &key, fingerprint, policy, Source::Copy)
+    else {
+        cache.forget(&key);
+        return None;
     };
     cache.hit();
     let outcome = Outcome::<()>::from(answer);

@@ -18,7 +18,7 @@ use crate::db::{
     AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
     Price, Refusal, StoreError, TokenHash, from_system_time, to_system_time,
 };
-use idemkey::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Step};
+use idemkey::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Source};
 use idemkey::store::PgPooler;
 use idemkey::store::postgres::{db_error, read_from_row, run_in_transaction};
 
@@ -164,8 +164,8 @@ impl super::PgOrders {
             operation: draft.operation.clone(),
             key: draft.key.clone(),
         };
-        if let Step::Answer(answer) =
-            idempotency::step(&read, &record_key, draft.fingerprint, policy)
+        if let Some(answer) =
+            idempotency::answer_for(&read, &record_key, draft.fingerprint, policy, Source::Store)
         {
             return Ok(Some(Authed::Ok(OrderAttempt::Answered(Box::new(
                 OrderAnswer {
