@@ -5,7 +5,7 @@
 //! replays the stored result instead of acting twice, across processes and
 //! restarts. Every rule (key syntax, fingerprint, decision table, problem
 //! documents) comes from [`idemkey_core`]; one engine ([`idempotency`])
-//! applies it for every front end over any [`Records`](idempotency::Records)
+//! applies it for every front end over any [`Records`]
 //! store.
 //!
 //! Three ways in, each behind its features:
@@ -22,7 +22,7 @@
 //! The library migrates only its own tables (`idempotency_records`, and
 //! `outbox` with that feature), optionally under a prefix
 //! ([`store::Tables`]); see [`store::migrations`].
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // A build without any store has nothing to call its store code with.
 #![cfg_attr(
     not(any(feature = "postgres", feature = "sqlite", feature = "redis")),

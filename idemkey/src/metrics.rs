@@ -1,27 +1,23 @@
-//! The engine's counters, by front end, operation and outcome: kept in a
-//! [`Metrics`] a service may render, and sent to the [`metrics`](::metrics)
-//! facade as well (`idemkey_requests_total`), so a Layer user's recorder
-//! (e.g. `metrics-exporter-prometheus`) shows them with its own.
+//! The engine's counters, by front end, operation and outcome, kept in a
+//! [`Metrics`] a service renders in the text exposition format (0.0.4)
+//! and sent to the [`metrics`] facade as well (`idemkey_requests_total`),
+//! so a Layer user's own recorder (e.g. `metrics-exporter-prometheus`)
+//! shows them with its own series.
 //!
 //! - `idemkey_requests_total{front_end, operation, outcome}`: requests of
 //!   every front end (`orders`, `in_transaction`, `layer`) by the engine's
 //!   [`Outcome`](crate::idempotency::Outcome) (`executed`, `released`,
 //!   `replayed`, `reused`, `in_progress`, `expired`) or by what stopped them
 //!   before the engine (`invalid`, `unauthorized`, `unavailable`);
-//! - `idemkey_request_duration_seconds`: a latency histogram of
-//!   `POST /orders`;
-//! - `idemkey_shed_total{cap}` and `idemkey_in_flight`: load shed by
-//!   [`crate::load_shed`], requests in progress under its cap;
-//! - `idemkey_replay_cache_*`: hits, misses and size of the replay cache;
-//! - `idemkey_sqlite_order_batches_total`, `idemkey_sqlite_batched_orders_total`:
-//!   SQLite's group commit;
-//! - `idemkey_pool_*`: database pool gauges;
-//! - `idemkey_probe_queries_total{probe}`: database queries that `/readyz`
-//!   and this page's outbox figures caused ([`crate::probe_cache`]).
+//! - `idemkey_request_duration_seconds`: a latency histogram a front end
+//!   feeds ([`Metrics::observe`]);
+//! - `idemkey_shed_total{cap}` and `idemkey_in_flight`: load shed by the
+//!   `serve` feature's caps, requests in progress under them;
+//! - `idemkey_pool_*`: the store's pool gauges.
 //!
-//! Front ends count their own outcomes: the order route tags its response
-//! with an [`OutcomeLabel`] that [`record`] reads; the layer and
-//! `in_transaction` count into the [`Metrics`] they are given.
+//! A front end counts its own outcomes: the layer and `in_transaction`
+//! count into the [`Metrics`] they are given; an application route may tag
+//! its response with an [`OutcomeLabel`] for its own middleware to count.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -62,7 +58,7 @@ impl FrontEnd {
     }
 }
 
-/// The outcome of a `POST /orders` response, for [`record`]: the engine's
+/// The outcome of a `POST /orders` response, for the order service's `record` middleware: the engine's
 /// outcome label, or what stopped the request before the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutcomeLabel(pub &'static str);

@@ -113,7 +113,7 @@ impl Db {
 
     /// Applies the library's pending migrations (its records table, and
     /// the outbox table with the `outbox` feature) in the store's
-    /// [`Tables`]; nothing of yours is touched. Redis needs none.
+    /// [`Tables`](crate::store::Tables); nothing of yours is touched. Redis needs none.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         each!(self, db => db.migrate().await)
     }

@@ -5,7 +5,7 @@
 //! set in its startup packet (no per-request `SET`), and hot statements are
 //! prepared once per connection (`prepare_cached`), so a claim or a replay
 //! costs one round trip in the common case. Behind a
-//! transaction pooler ([`PgPooler::Transaction`]) no statement depends on
+//! transaction pooler ([`PgPooler::Transaction`](crate::store::PgPooler::Transaction)) no statement depends on
 //! the session: all are unnamed (`query_typed`, still one round trip).
 
 mod conninfo;

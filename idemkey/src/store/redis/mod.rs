@@ -13,7 +13,7 @@
 //! [`in_transaction`](crate::in_transaction): those write the effect and
 //! its record in one database transaction, which Redis cannot join. The
 //! account and order calls of [`Db`](super::Db) answer
-//! [`StoreError::Unavailable`] with [`LEASE_ONLY`], and the `serve`,
+//! [`StoreError::Unavailable`] with `LEASE_ONLY`, and the `serve`,
 //! `migrate` and `account` commands refuse a Redis URL at start-up.
 //!
 //! # Durability

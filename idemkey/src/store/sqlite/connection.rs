@@ -14,7 +14,7 @@ use super::private_file;
 use crate::error::StoreError;
 
 /// How long a call waits for the connection and another process's write
-/// lock together (then 503), unless [`SqliteDb::open_with_wait`] says.
+/// lock together (then 503), unless [`SqliteDb::open_with_wait`](super::SqliteDb::open_with_wait) says.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
 /// One call counted in one of [`SqliteDb`]'s gauges while it lives.

@@ -20,7 +20,7 @@
 //! `spawn_blocking` left it idle between calls, 0.67x the new orders per
 //! second), then for another process's write lock (SQLite's busy timeout,
 //! set to what is left of the deadline). Past it the call fails with
-//! [`StoreError::Unavailable`] (503) before anything was written. The
+//! [`StoreError::Unavailable`](crate::StoreError::Unavailable) (503) before anything was written. The
 //! server's `--max-in-flight` bounds the threads that wait.
 
 mod connection;

@@ -37,7 +37,7 @@ where
 }
 
 /// [`run_in_transaction`] inside a savepoint of the open transaction `tx`
-/// (a batch of [`super::group_commit`]): the savepoint is released only when
+/// (a batch of `group_commit`): the savepoint is released only when
 /// the effect ran and its response is stored, and rolled back otherwise, so
 /// one order's failure leaves its batch-mates' work in place.
 pub fn run_in_savepoint<T, E, F>(
