@@ -169,6 +169,90 @@ pub struct TrimReport {
 ///   [`release`](Records::release) change the row only while it still
 ///   carries the given claim token and the state the caller decided on,
 ///   and say whether they did.
+///
+/// An application may implement it too, e.g. to wrap another store. This
+/// wrapper counts the calls and delegates each of the six methods (the
+/// default [`expires_records`](Records::expires_records) can be left out,
+/// or delegated as well when the inner store may be Redis):
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::time::Duration;
+///
+/// use idemkey::StoreError;
+/// use idemkey::idempotency::{
+///     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse,
+///     TrimReport,
+/// };
+///
+/// /// Any store, with its calls counted.
+/// #[derive(Clone)]
+/// struct Counting<R> {
+///     inner: R,
+///     calls: Arc<AtomicUsize>,
+/// }
+///
+/// impl<R> Counting<R> {
+///     fn count(&self) {
+///         self.calls.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }
+///
+/// impl<R: Records + Sync> Records for Counting<R> {
+///     async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
+///         self.count();
+///         self.inner.claim(key, claim).await
+///     }
+///
+///     async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
+///         self.count();
+///         self.inner.read(key).await
+///     }
+///
+///     async fn take_over(
+///         &self,
+///         key: &RecordKey,
+///         previous: &Record,
+///         claim: &NewClaim,
+///     ) -> Result<bool, StoreError> {
+///         self.count();
+///         self.inner.take_over(key, previous, claim).await
+///     }
+///
+///     async fn complete(
+///         &self,
+///         key: &RecordKey,
+///         token: ClaimToken,
+///         response: &StoredResponse,
+///         replay_ttl: Duration,
+///         resource_id: Option<&str>,
+///     ) -> Result<bool, StoreError> {
+///         self.count();
+///         self.inner.complete(key, token, response, replay_ttl, resource_id).await
+///     }
+///
+///     async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
+///         self.count();
+///         self.inner.release(key, token).await
+///     }
+///
+///     async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
+///         self.count();
+///         self.inner.trim(retention, batch).await
+///     }
+/// }
+///
+/// // What the layer asks of its store: a wrapper of any such store is one.
+/// fn layer_ready<R: Records + Clone + Send + Sync + 'static>() {}
+/// fn wraps<R: Records + Clone + Send + Sync + 'static>() {
+///     layer_ready::<Counting<R>>();
+/// }
+/// ```
+///
+/// With the `layer` feature, the wrapper serves the idempotency layer as
+/// any store does: `IdempotencyLayer::new(Counting { inner: db, calls },
+/// |_| Some("tenant".into()))`, over a `SqliteDb` `db` for instance.
 pub trait Records {
     /// Inserts an in-flight claim, or reads what holds the key.
     fn claim(
