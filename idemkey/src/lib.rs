@@ -12,9 +12,9 @@
 //!
 //! | you want | use | features |
 //! |---|---|---|
-//! | effects outside your database (a call to another service), any axum/tower app | [`layer::IdempotencyLayer`] (lease mode) | `layer` + a store: `postgres`, `sqlite` or `redis` |
-//! | your effect and the key's result in **one** transaction of your database | [`in_transaction`] | `postgres` or `sqlite` |
-//! | an effect that leaves your database, delivered at least once and deduplicated downstream | [`outbox`] and its [`Worker`](outbox::Worker) | `outbox` + `postgres` or `sqlite` |
+//! | effects outside your database (a call to another service), any axum/tower app | `layer::IdempotencyLayer` (lease mode) | `layer` + a store: `postgres`, `sqlite` or `redis` |
+//! | your effect and the key's result in **one** transaction of your database | `in_transaction` | `postgres` or `sqlite` |
+//! | an effect that leaves your database, delivered at least once and deduplicated downstream | `outbox` and its `Worker` | `outbox` + `postgres` or `sqlite` |
 //!
 //! `serve` adds a connection-capped accept loop, `clap` the settings'
 //! `ValueEnum`s.

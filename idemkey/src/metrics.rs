@@ -41,9 +41,9 @@ pub const BUCKETS: [f64; 12] = [
 pub enum FrontEnd {
     /// `POST /orders`.
     Orders,
-    /// [`crate::in_transaction`].
+    /// `in_transaction`.
     InTransaction,
-    /// [`crate::layer::IdempotencyLayer`].
+    /// `layer::IdempotencyLayer`.
     Layer,
 }
 

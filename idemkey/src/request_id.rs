@@ -2,6 +2,8 @@
 //! a short token of safe characters, else a new UUIDv4; set on the request
 //! (for handlers), echoed on the response, and recorded as `request_id` in
 //! the `request` span that every log line of the request is written in.
+//! (Kept by hand: tower-http's `SetRequestId`/`PropagateRequestId` keep any
+//! client value as it is, and a client's id goes into our log lines.)
 
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue};

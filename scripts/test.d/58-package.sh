@@ -110,5 +110,7 @@ if failures:
 EOF
 
 RUSTDOCFLAGS="-D warnings" cargo doc -p idemkey --all-features --no-deps
+# And with no feature at all: no link may lean on a feature-gated item.
+RUSTDOCFLAGS="-D warnings" cargo doc -p idemkey --no-default-features --no-deps
 echo "58-package: idemkey-core and idemkey package with their READMEs and every included file;" \
     "rustdoc --all-features has no warnings"

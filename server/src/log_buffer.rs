@@ -67,6 +67,7 @@ impl LogBuffer {
         let guard = LogGuard {
             shared: Arc::clone(&shared),
             thread,
+            appender: None,
         };
         (Self { shared }, guard)
     }
@@ -135,6 +136,18 @@ impl std::io::Write for LineWriter<'_> {
 pub struct LogGuard {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    appender: Option<tracing_appender::non_blocking::WorkerGuard>,
+}
+
+impl LogGuard {
+    /// A/B candidate: the guard of tracing-appender's writer.
+    pub(crate) fn appender(guard: tracing_appender::non_blocking::WorkerGuard) -> Self {
+        Self {
+            shared: Arc::default(),
+            thread: None,
+            appender: Some(guard),
+        }
+    }
 }
 
 impl std::fmt::Debug for LogGuard {

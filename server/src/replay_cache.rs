@@ -10,6 +10,8 @@
 //! process's monotonic instant at which the statement was *sent*; the
 //! database's clock now is then at most `read + elapsed`, an estimate that
 //! runs early, so a copy stops answering no later than the database would.
+//! (Kept by hand: quick_cache bounds the copy by weight, but no cache crate
+//! ages an entry by another clock read at the statement's send time.)
 //! The engine's decision table ([`idemkey::idempotency::step`]) decides on the
 //! copy exactly as on a row read from the database.
 //!

@@ -1,8 +1,8 @@
 //! One idempotency engine for every front end.
 //!
-//! The order route (`POST /orders`), [`crate::in_transaction`] (the
+//! The order route (`POST /orders`), `in_transaction` (the
 //! caller's effect in the records' transaction) and the tower
-//! [`crate::layer`] (lease mode, effects outside the database) are thin
+//! `layer` (lease mode, effects outside the database) are thin
 //! front ends: each reads its request, builds a [`RecordKey`] and a
 //! fingerprint, and calls [`run`]. The engine claims the key through a
 //! [`Records`] store, asks [`idemkey_core::decide`] what an existing record

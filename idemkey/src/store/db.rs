@@ -149,7 +149,7 @@ impl Db {
     }
 
     /// SQLite only: `(batches, writes)` of writes group-committed so far
-    /// (one fsync per batch; see [`SqliteDb::group_commit`]).
+    /// (one fsync per batch; see `SqliteDb::group_commit`).
     pub fn group_commits(&self) -> Option<(u64, u64)> {
         match self {
             #[cfg(feature = "sqlite")]

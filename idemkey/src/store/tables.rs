@@ -79,55 +79,51 @@ impl Tables {
 
     /// `sql` with every identifier that starts with one of the library's
     /// table names (the tables and their indexes and constraints, e.g.
-    /// `outbox_due`) prefixed. Identifiers are whole words: `my_outbox` or a
-    /// string literal's text are words of their own and stay. Use it on
+    /// `outbox_due`) prefixed. Identifiers are whole words: `my_outbox`, a
+    /// string literal's text and a `--` comment stay as they are. Use it on
     /// your own statements that join the library's tables.
     pub fn render(&self, sql: &str) -> String {
         if self.prefix.is_empty() {
             return sql.to_owned();
         }
         let mut out = String::with_capacity(sql.len() + 64);
-        let bytes = sql.as_bytes();
-        let mut i = 0;
-        let mut in_string = false;
-        while i < bytes.len() {
-            let b = bytes[i];
-            if b == b'\'' {
-                in_string = !in_string;
-            }
-            let word_start = !in_string
-                && (b.is_ascii_alphabetic() || b == b'_')
-                && (i == 0 || !is_word(bytes[i - 1]));
-            if word_start {
-                let end = bytes[i..]
-                    .iter()
-                    .position(|c| !is_word(*c))
-                    .map_or(bytes.len(), |n| i + n);
-                let word = &sql[i..end];
+        let mut rest = sql;
+        while let Some(c) = rest.chars().next() {
+            let len = if rest.starts_with("--") {
+                // A comment runs to the end of its line, quotes and all.
+                rest.find('\n').unwrap_or(rest.len())
+            } else if c == '\'' {
+                // A string literal, its doubled quotes included.
+                let mut end = 1;
+                loop {
+                    match rest[end..].find('\'') {
+                        Some(i) if rest[end + i + 1..].starts_with('\'') => end += i + 2,
+                        Some(i) => break end + i + 1,
+                        None => break rest.len(),
+                    }
+                }
+            } else if c.is_ascii_alphabetic() || c == '_' {
+                let end = rest.find(|c: char| !is_word(c)).unwrap_or(rest.len());
+                let word = &rest[..end];
                 if OWNED.iter().any(|owned| word.starts_with(owned)) {
                     out.push_str(&self.prefix);
                 }
-                out.push_str(word);
-                i = end;
-                continue;
-            }
-            out.push(char::from(b));
-            if !b.is_ascii() {
-                // Copy a multi-byte character whole.
-                let len = sql[i..].chars().next().map_or(1, char::len_utf8);
-                out.pop();
-                out.push_str(&sql[i..i + len]);
-                i += len;
-                continue;
-            }
-            i += 1;
+                end
+            } else if is_word(c) {
+                // Digits and the tails of words: never a name's start.
+                rest.find(|c: char| !is_word(c)).unwrap_or(rest.len())
+            } else {
+                c.len_utf8()
+            };
+            out.push_str(&rest[..len]);
+            rest = &rest[len..];
         }
         out
     }
 }
 
-fn is_word(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_'
+fn is_word(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
 }
 
 #[cfg(test)]
@@ -146,10 +142,12 @@ mod tests {
         assert_eq!(
             t.render(
                 "CREATE INDEX outbox_due ON outbox (x); SELECT 'outbox' , my_outbox, \
-                 idempotency_records.key FROM idempotency_records; -- é idemkey_migrations"
+                 idempotency_records.key FROM idempotency_records; -- the store's outbox\n\
+                 SELECT 'it''s outbox', é, x1outbox FROM idemkey_migrations"
             ),
             "CREATE INDEX acme_outbox_due ON acme_outbox (x); SELECT 'outbox' , my_outbox, \
-             acme_idempotency_records.key FROM acme_idempotency_records; -- é acme_idemkey_migrations"
+             acme_idempotency_records.key FROM acme_idempotency_records; -- the store's outbox\n\
+             SELECT 'it''s outbox', é, x1outbox FROM acme_idemkey_migrations"
         );
         assert_eq!(t.records(), "acme_idempotency_records");
     }

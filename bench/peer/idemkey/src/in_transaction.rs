@@ -12,13 +12,13 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use idemkey_core::{IdempotencyKey, KeyProfile, Problem};
-use idemkey_server::db::Db;
-use idemkey_server::idempotency::{RecordKey, Scope, StoredResponse};
-use idemkey_server::in_transaction::{
+use idemkey::Db;
+use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey::in_transaction::{
     Options, Outcome, pg_in_transaction, sqlite_in_transaction_async,
 };
-use idemkey_server::layer::{DEFAULT_OPERATION, default_fingerprint};
-use idemkey_server::problems::problem_response;
+use idemkey::layer::{DEFAULT_OPERATION, default_fingerprint};
+use idemkey::problems::problem_response;
 
 use crate::BENCH_SCOPE;
 use crate::common::{self, Echo, Runs};

@@ -16,8 +16,9 @@ use std::net::SocketAddr;
 
 use clap::{Parser, ValueEnum};
 use idemkey_core::KeyProfile;
-use idemkey_server::db::{Db, PgSettings, RedisSettings};
-use idemkey_server::layer::IdempotencyLayer;
+use idemkey::Db;
+use idemkey::layer::IdempotencyLayer;
+use idemkey::store::StoreSettings;
 
 /// The one scope of every idempotency record this bench writes.
 pub const BENCH_SCOPE: &str = "bench";
@@ -44,7 +45,7 @@ struct Args {
 }
 
 async fn open(url: &str) -> Result<Db, String> {
-    Db::open_with(url, &PgSettings::default(), &RedisSettings::default())
+    Db::open(url, &StoreSettings::default())
         .await
         .map_err(|e| format!("cannot open the store: {e}"))
 }

@@ -6,6 +6,10 @@
 //! `postgres://…?…` form and the `key=value` form) and leaves every other
 //! byte as it was, so tokio-postgres parses the rest exactly as before.
 //! [`add_options`] appends our session settings to the user's `options`.
+//!
+//! Hand-written because no maintained crate parses libpq's conninfo with
+//! `sslmode`/`sslrootcert` for tokio-postgres (tokio-postgres's own parser
+//! is the one that falls short).
 
 use std::ops::Range;
 

@@ -17,8 +17,8 @@ use crate::store::{PgPooler, PoolStatus, StoreSettings as PgSettings, Tables};
 /// The limits of the migration transaction, in place of the request
 /// timeouts (`--lock-timeout`, `--statement-timeout`): generous, but a start
 /// that waits on a stuck migration still ends.
-const MIGRATION_TIMEOUTS: &str =
-    "SET LOCAL lock_timeout = '15min'; SET LOCAL statement_timeout = '15min'";
+const MIGRATION_TIMEOUTS: &str = "SET LOCAL lock_timeout = '15min'; SET LOCAL statement_timeout = '15min'; \
+     SET LOCAL client_min_messages = warning";
 
 /// Key of the advisory lock that serialises migrations between processes.
 const MIGRATION_LOCK: i64 = 0x6964_656d_6b65_7901; // "idemkey" + 1
@@ -101,7 +101,9 @@ impl PgDb {
     /// transaction, also behind a transaction pooler (a session-level lock
     /// would stay on whichever server connection the pooler picked). An
     /// application runs its own components through it; the store's
-    /// readiness check then covers them too.
+    /// readiness check then covers them too. (Kept by hand: sqlx's migrator
+    /// locks with the session-level `pg_advisory_lock`, which a transaction
+    /// pooler leaves on whichever server connection it picked.)
     pub async fn migrate_with(&self, list: &[Migration]) -> Result<(), StoreError> {
         self.known.add(list);
         let mut client = self.client().await?;

@@ -67,9 +67,7 @@ fn is_busy(err: &rusqlite::Error) -> bool {
 
 /// Opens an SQLite file the way every idemkey store does (created 0600, busy
 /// timeout, WAL, `synchronous = FULL` so a commit survives a power loss,
-/// foreign keys on)
-/// and applies the migrations not yet recorded in `schema_migrations`, under
-/// the write lock, so two processes starting at once migrate once.
+/// foreign keys on); migrations are the runner's business (`migrate.rs`).
 pub(super) fn open_connection(path: &Path, wait: Duration) -> Result<Connection, rusqlite::Error> {
     private_file::ensure_private(path).map_err(|e| {
         rusqlite::Error::SqliteFailure(
