@@ -61,6 +61,11 @@ pub fn display_now() -> UnixMillis {
     idemkey::store::from_system_time(SystemTime::now())
 }
 
+/// Upper bounds (seconds) of the buckets of `POST /orders`'s latency.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
 /// Shared state of the routes: the database, the settings, the metrics.
 #[derive(Clone, Debug)]
 pub struct AppState {
@@ -73,6 +78,7 @@ struct Inner {
     settings: Settings,
     lose_next_response: AtomicBool,
     metrics: Arc<idemkey::metrics::Metrics>,
+    latency: prometheus_client::metrics::histogram::Histogram,
     token_usage: Arc<token_usage::TokenUsage>,
     replay_cache: Option<replay_cache::ReplayCache>,
     catalogue: catalogue::Catalogue,
@@ -101,6 +107,7 @@ impl AppState {
                 probes: probe_cache::Probes::default(),
                 lose_next_response: AtomicBool::new(false),
                 metrics,
+                latency: prometheus_client::metrics::histogram::Histogram::new(LATENCY_BUCKETS),
                 token_usage: Arc::default(),
             }),
         }
@@ -109,6 +116,11 @@ impl AppState {
     /// The database.
     pub fn db(&self) -> &Db {
         &self.inner.db
+    }
+
+    /// The latency histogram of `POST /orders`.
+    pub fn latency(&self) -> &prometheus_client::metrics::histogram::Histogram {
+        &self.inner.latency
     }
 
     /// The metrics of `GET /metrics`.

@@ -1,11 +1,8 @@
 //! The delivery counters of this process's outbox workers.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use parking_lot::Mutex;
-
-use crate::store::outbox::OutboxStats;
 
 /// Deliveries by effect and outcome, counted by the workers of this process.
 #[derive(Debug, Default)]
@@ -16,6 +13,12 @@ pub struct OutboxMetrics {
 impl OutboxMetrics {
     /// Counts one delivery attempt of `effect` that ended in `outcome`.
     pub fn count(&self, effect: &str, outcome: &'static str) {
+        ::metrics::counter!(
+            "idemkey_outbox_deliveries_total",
+            "effect" => effect.to_owned(),
+            "outcome" => outcome,
+        )
+        .increment(1);
         *self
             .deliveries
             .lock()
@@ -32,43 +35,12 @@ impl OutboxMetrics {
             .unwrap_or(0)
     }
 
-    /// Appends the counters, and the store's outbox figures when known, in
-    /// the Prometheus text format.
-    pub fn render(&self, out: &mut String, stats: Option<OutboxStats>) {
-        let _ = writeln!(
-            out,
-            "# HELP idemkey_outbox_deliveries_total Outbox delivery attempts by effect and outcome (this process's workers)."
-        );
-        let _ = writeln!(out, "# TYPE idemkey_outbox_deliveries_total counter");
-        for ((effect, outcome), n) in self.deliveries.lock().iter() {
-            let _ = writeln!(
-                out,
-                "idemkey_outbox_deliveries_total{{effect=\"{effect}\",outcome=\"{outcome}\"}} {n}"
-            );
-        }
-        let Some(stats) = stats else {
-            return;
-        };
-        for (name, help, value) in [
-            (
-                "idemkey_outbox_pending",
-                "Outbox messages not delivered yet (all processes).",
-                stats.pending,
-            ),
-            (
-                "idemkey_outbox_oldest_pending_seconds",
-                "Age of the oldest undelivered outbox message, at the store's clock.",
-                stats.oldest_pending_ms / 1000,
-            ),
-            (
-                "idemkey_outbox_dead",
-                "Outbox messages whose attempts ran out (see `idemkey-server outbox list --status dead`).",
-                stats.dead,
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            let _ = writeln!(out, "{name} {value}");
-        }
+    /// Every `(effect, outcome)` counted so far, with its count.
+    pub fn snapshot(&self) -> Vec<(String, &'static str, u64)> {
+        self.deliveries
+            .lock()
+            .iter()
+            .map(|((effect, outcome), n)| (effect.clone(), *outcome, *n))
+            .collect()
     }
 }
