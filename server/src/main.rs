@@ -127,7 +127,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stop_rx_workers = stop_rx.clone();
     let trimmer = tokio::spawn(maintenance::run(
-        store.clone(),
+        store.store(),
         args.tombstone_ttl,
         args.trim_interval,
         args.trim_batch,

@@ -100,6 +100,7 @@ async fn a_version_two_database_keeps_every_record(backend: Backend) {
     assert!(db.pending_migrations().await.expect("read").is_empty());
 
     let order = db
+        .store()
         .read(&key(ACCOUNT, "POST /orders:v1", "order-key"))
         .await
         .expect("read")
@@ -121,6 +122,7 @@ async fn a_version_two_database_keeps_every_record(backend: Backend) {
     );
 
     let lease = db
+        .store()
         .read(&key("tenant-a", "http:v1", "lease-key"))
         .await
         .expect("read")

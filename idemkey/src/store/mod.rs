@@ -12,6 +12,8 @@ pub mod migrations;
 pub mod outbox;
 mod pool;
 mod settings;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod statements;
 pub mod tables;
 
 #[cfg(feature = "postgres")]

@@ -4,10 +4,7 @@
 use std::time::Duration;
 
 use idemkey::StoreError;
-use idemkey::idempotency::{
-    ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey, Records, StoredResponse,
-    TrimReport,
-};
+use idemkey::idempotency::{Policy, Read};
 use idemkey::store::migrations::{Adopt, Migration};
 use idemkey::store::{PgDb, PoolStatus, SqliteDb, StoreSettings};
 use idemkey_core::{IdempotencyKey, OperationId};
@@ -199,43 +196,5 @@ impl Db {
         key: &IdempotencyKey,
     ) -> Result<Authed<Read>, StoreError> {
         each_backend!(self, db => db.lookup(token, operation, key).await)
-    }
-}
-
-impl Records for Db {
-    async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
-        each_backend!(self, db => db.claim(key, claim).await)
-    }
-
-    async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
-        each_backend!(self, db => db.read(key).await)
-    }
-
-    async fn take_over(
-        &self,
-        key: &RecordKey,
-        previous: &Record,
-        claim: &NewClaim,
-    ) -> Result<bool, StoreError> {
-        each_backend!(self, db => db.take_over(key, previous, claim).await)
-    }
-
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: ClaimToken,
-        response: &StoredResponse,
-        replay_ttl: Duration,
-        resource_id: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        each_backend!(self, db => db.complete(key, token, response, replay_ttl, resource_id).await)
-    }
-
-    async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
-        each_backend!(self, db => db.release(key, token).await)
-    }
-
-    async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
-        each_backend!(self, db => db.trim(retention, batch).await)
     }
 }
