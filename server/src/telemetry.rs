@@ -14,9 +14,6 @@ use crate::log_buffer::{LogBuffer, LogGuard};
 /// its drop writes the lines still buffered.
 #[must_use = "dropping the guard stops the log flusher"]
 pub fn init(format: LogFormat) -> LogGuard {
-    if std::env::var("IDEMKEY_LOG_WRITER").as_deref() == Ok("appender") {
-        return init_appender(format);
-    }
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let (writer, guard) = LogBuffer::start();
     let builder = tracing_subscriber::fmt()
@@ -28,19 +25,4 @@ pub fn init(format: LogFormat) -> LogGuard {
         LogFormat::Json => builder.json().try_init(),
     };
     guard
-}
-
-/// A/B candidate: tracing-appender's non-blocking writer.
-fn init_appender(format: LogFormat) -> LogGuard {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .with_ansi(std::io::stderr().is_terminal());
-    let _already_set = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
-    LogGuard::appender(guard)
 }
