@@ -7,8 +7,8 @@
 //! file.
 //!
 //! ```text
-//! cargo run -p idemkey-server --example layer            # a scripted walk-through
-//! cargo run -p idemkey-server --example layer -- serve   # serve on 127.0.0.1:3002
+//! cargo run -p idemkey --features layer,sqlite --example layer            # a scripted walk-through
+//! cargo run -p idemkey --features layer,sqlite --example layer -- serve   # serve on 127.0.0.1:3002
 //! curl -i -X POST localhost:3002/payments -H 'authorization: Bearer token-alice' \
 //!      -H 'idempotency-key: "pay-1"' -H 'content-type: application/json' -d '{"cents": 500}'
 //! ```
@@ -24,8 +24,9 @@ use axum::middleware::{Next, from_fn};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idemkey_server::db::{Db, PgSettings};
-use idemkey_server::layer::IdempotencyLayer;
+use idemkey::Db;
+use idemkey::layer::IdempotencyLayer;
+use idemkey::store::StoreSettings;
 use tower::ServiceExt as _;
 
 /// The authenticated caller, as the app's own auth middleware finds it.
@@ -108,7 +109,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let store = Db::open(
         &format!("sqlite://{}", path.display()),
-        &PgSettings::default(),
+        &StoreSettings::default(),
     )
     .await?;
     let provider = Provider::default();
