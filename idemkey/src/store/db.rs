@@ -118,6 +118,20 @@ impl Db {
         each!(self, db => db.migrate().await)
     }
 
+    /// The library's own migrations on this store's backend (none on
+    /// Redis), for an application that passes them with its own to one
+    /// [`Db::migrate_with`], so one transaction applies all or none.
+    pub fn library_migrations(&self) -> Vec<migrations::Migration> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Self::Postgres(_) => PgDb::library_migrations(),
+            #[cfg(feature = "sqlite")]
+            Self::Sqlite(_) => SqliteDb::library_migrations(),
+            #[allow(unreachable_patterns)]
+            _ => Vec::new(),
+        }
+    }
+
     /// Applies your own component's pending migrations through the
     /// library's runner (see [`migrations`]); Redis has nothing to migrate.
     pub async fn migrate_with(&self, list: &[migrations::Migration]) -> Result<(), StoreError> {

@@ -79,8 +79,11 @@ impl Db {
             application_name: "idemkey-provider-sim",
             ..idemkey::store::StoreSettings::default()
         };
-        let store = idemkey::Db::open(url, &settings).await?;
-        store.migrate_with(&migrations(store.backend())).await?;
+        let store = idemkey::Db::connect(url, &settings).await?;
+        // The library's components and the simulator's in one transaction.
+        let mut all = store.library_migrations();
+        all.extend(migrations(store.backend()));
+        store.migrate_with(&all).await?;
         match store {
             idemkey::Db::Postgres(db) => Ok(Self::Postgres(db)),
             idemkey::Db::Sqlite(db) => Ok(Self::Sqlite(db)),

@@ -95,9 +95,12 @@ impl Db {
             Self::Postgres(db) => legacy::postgres(db).await?,
             Self::Sqlite(db) => legacy::sqlite(db).await?,
         }
+        // The library's components and the order service's in one
+        // transaction: all are applied, by one process, or none.
         let store = self.store();
-        store.migrate().await?;
-        store.migrate_with(&migrations(self.backend())).await
+        let mut all = store.library_migrations();
+        all.extend(migrations(self.backend()));
+        store.migrate_with(&all).await
     }
 
     /// The library's store over the same connections (for the Layer, the

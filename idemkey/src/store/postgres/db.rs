@@ -88,11 +88,17 @@ impl PgDb {
     /// Applies the library's pending migrations (see
     /// [`crate::store::migrations`]).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.migrate_with(&migrations::library(
+        self.migrate_with(&Self::library_migrations()).await
+    }
+
+    /// The library's own migrations on this backend: an application that
+    /// migrates its tables too passes them with its own to one
+    /// `migrate_with`, so one transaction applies all or none.
+    pub fn library_migrations() -> Vec<Migration> {
+        migrations::library(
             include_str!("migrations/records_0001.sql"),
             include_str!("migrations/outbox_0001.sql"),
-        ))
-        .await
+        )
     }
 
     /// Applies the pending migrations of `list` in one transaction under a
