@@ -24,7 +24,7 @@ pub struct Settings {
     /// What happens after the replay window.
     pub expiry_policy: ExpiryPolicy,
     /// Whether the `x-idemkey-test-fault` request header is honoured (only
-    /// in builds with the `test-faults` feature; see [`faults`]).
+    /// in builds with the `test-faults` feature; see [`crate::faults`]).
     pub test_faults: bool,
     /// Directory of the demo's static files, when demo mode is on.
     pub demo_dir: Option<std::path::PathBuf>,

@@ -24,7 +24,7 @@ pub struct Charge {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewCharge {
     /// Whose charge it is: the provider's caller (see
-    /// [`crate::payments::provider`]).
+    /// [the crate docs](crate)).
     pub scope: String,
     /// The request's idempotency key (its characters, unquoted).
     pub idempotency_key: String,
@@ -36,7 +36,7 @@ pub struct NewCharge {
     pub currency: String,
 }
 
-/// What [`Db::insert_charge`] did.
+/// What [`Db::insert_charge`](super::Db::insert_charge) did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChargeWrite {
     /// A new charge.

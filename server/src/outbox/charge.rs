@@ -27,7 +27,7 @@ struct Charge {
 }
 
 /// The delivery function of [`CHARGE`] messages, for
-/// [`super::Worker::handle`].
+/// [`idemkey::outbox::Worker::handle`].
 pub fn charge_delivery(
     client: Arc<ProviderClient>,
 ) -> impl Fn(OutboxMessage) -> std::pin::Pin<Box<dyn Future<Output = Delivery> + Send>>
