@@ -38,8 +38,9 @@ impl FrontEnd {
     }
 }
 
-/// The outcome of a `POST /orders` response, for the order service's `record` middleware: the engine's
-/// outcome label, or what stopped the request before the engine.
+/// The outcome an application's route tags its response with, for its own
+/// counting middleware: the engine's outcome label, or what stopped the
+/// request before the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutcomeLabel(pub &'static str);
 

@@ -9,12 +9,12 @@
 //! [`Records::trim`](crate::idempotency::Records::trim) has nothing to do
 //! and reports zero.
 //!
-//! Never the store of the order route or of
-//! [`in_transaction`](crate::in_transaction): those write the effect and
-//! its record in one database transaction, which Redis cannot join. The
-//! account and order calls of [`Db`](super::Db) answer
-//! [`StoreError::Unavailable`] with `LEASE_ONLY`, and the `serve`,
-//! `migrate` and `account` commands refuse a Redis URL at start-up.
+//! Never the store of `in_transaction` or of an application's own
+//! transaction: those write the effect and its record in one database
+//! transaction, which Redis cannot join. It holds no outbox either: the
+//! outbox calls of [`Db`](super::Db) answer [`StoreError::Unsupported`] on
+//! Redis, and an application that keeps its effects in a transaction (the
+//! order service, the simulator) refuses a Redis URL when it opens.
 //!
 //! # Durability
 //! Redis acknowledges a write once it is in the master's memory. With
