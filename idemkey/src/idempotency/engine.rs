@@ -107,6 +107,17 @@ impl<T> Outcome<T> {
             Self::Rejected { decision, .. } => decision.as_str(),
         }
     }
+
+    /// Whether a copy of the key's completed record could have given this
+    /// answer (a replay, or 422 for another payload): what a cache of
+    /// completed records may keep and answer from ([`Source::Copy`]).
+    pub fn answerable_from_copy(&self) -> bool {
+        match self {
+            Self::Replayed(_) => true,
+            Self::Rejected { decision, .. } => copy_may_reject(*decision),
+            Self::Executed { .. } => false,
+        }
+    }
 }
 
 /// An answer given without running anything.
@@ -193,6 +204,12 @@ pub fn step(read: &Read, key: &RecordKey, fingerprint: Fingerprint, policy: &Pol
     }
 }
 
+/// Whether a copy of a completed record proves this rejection: 422 for
+/// another payload; everything else depends on time or on the store.
+const fn copy_may_reject(decision: Decision) -> bool {
+    matches!(decision, Decision::Reused)
+}
+
 /// Where a read a front end already holds came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -221,16 +238,14 @@ pub fn answer_for(
 ) -> Option<Answer> {
     match (step(read, key, fingerprint, policy), source) {
         (Step::Answer(answer), Source::Store) => Some(answer),
-        (
-            Step::Answer(
-                answer @ (Answer::Replayed(_)
-                | Answer::Rejected {
-                    decision: Decision::Reused,
-                    ..
-                }),
-            ),
-            Source::Copy,
-        ) => Some(answer),
+        (Step::Answer(answer), Source::Copy)
+            if match &answer {
+                Answer::Replayed(_) => true,
+                Answer::Rejected { decision, .. } => copy_may_reject(*decision),
+            } =>
+        {
+            Some(answer)
+        }
         _ => None,
     }
 }

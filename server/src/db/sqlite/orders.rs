@@ -1,7 +1,7 @@
 //! The order route's statements on SQLite: `POST /orders` as one `BEGIN
 //! IMMEDIATE` transaction through the engine, and the reads.
 
-use idemkey_core::{Decision, IdempotencyKey, OperationId, UnixMillis};
+use idemkey_core::{IdempotencyKey, OperationId, UnixMillis};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use uuid::Uuid;
 
@@ -9,7 +9,7 @@ use crate::db::{
     AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
     Price, Refusal, StoreError, TokenHash,
 };
-use idemkey::idempotency::{Done, Outcome, Policy, Read, RecordKey};
+use idemkey::idempotency::{Done, Policy, Read, RecordKey};
 use idemkey::store::sqlite::{SqliteRecords, enqueue, run_in_savepoint, sqlite_error};
 
 const ACCOUNT: &str = include_str!("sql/account.sql");
@@ -122,13 +122,10 @@ fn create_order_in(
         Err(refusal) => return Ok(Authed::Ok(OrderAttempt::Refused(refusal))),
     };
     // Answered from a completed record: read it back for the replay cache.
-    let seen = match &outcome {
-        Outcome::Replayed(_)
-        | Outcome::Rejected {
-            decision: Decision::Reused,
-            ..
-        } => Some((account, SqliteRecords::new(tx).read_now(&key)?)),
-        _ => None,
+    let seen = if outcome.answerable_from_copy() {
+        Some((account, SqliteRecords::new(tx).read_now(&key)?))
+    } else {
+        None
     };
     Ok(Authed::Ok(OrderAttempt::Answered(Box::new(OrderAnswer {
         outcome,
