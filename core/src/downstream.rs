@@ -13,8 +13,10 @@
 //! different keys, as do two accounts that chose the same client key.
 
 use std::fmt;
+use std::str::FromStr;
 
 use sha2::{Digest, Sha256};
+use thiserror::Error;
 use uuid::Uuid;
 
 use crate::key::IdempotencyKey;
@@ -28,6 +30,53 @@ pub const DOWNSTREAM_KEY_DOMAIN: &str = "idemkey/downstream-key/v1";
 /// *instance* of an effect (one order's charge), never equal to a version 1
 /// key of the same tuple.
 pub const INSTANCE_DOWNSTREAM_KEY_DOMAIN: &str = "idemkey/downstream-key/v2";
+
+/// The domain tag of [`step_downstream_key_of`]: a step's key never equals
+/// a key derived for another purpose from the same strings.
+pub const STEP_KEY_DOMAIN: &str = "idemkey/step-key/v1";
+
+/// What a flow's step message does with step `i`: run it, or undo it after a
+/// later step failed for good. Hashed into [`step_downstream_key_of`], so a
+/// compensation (a refund) never reaches the provider under the key of the
+/// effect it undoes (the charge), which the provider would answer with the
+/// charge's stored response instead of refunding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StepAction {
+    /// The step itself.
+    Run,
+    /// The step's compensation.
+    Compensate,
+}
+
+impl StepAction {
+    /// Both actions.
+    pub const ALL: [Self; 2] = [Self::Run, Self::Compensate];
+
+    /// The name hashed into the key, and written in a step message's
+    /// payload: `run` or `compensate`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Compensate => "compensate",
+        }
+    }
+}
+
+/// A step action name other than `run` or `compensate`.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("unknown step action {0:?}: expected run or compensate")]
+pub struct UnknownStepAction(pub String);
+
+impl FromStr for StepAction {
+    type Err = UnknownStepAction;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| UnknownStepAction(s.to_owned()))
+    }
+}
 
 /// A derived downstream key: a UUIDv8 (RFC 9562, section 5.8) whose 122
 /// free bits come from SHA-256. Displays as the lowercase hyphenated UUID,
@@ -147,6 +196,49 @@ pub fn instance_downstream_key_of(
     )
 }
 
+/// The downstream key of `step` of one flow **instance** (its `action`:
+/// the step itself or its compensation), for a flow started by the request
+/// (`scope`, `operation`, `key`); `instance` is the flow id (lowercase
+/// hyphenated UUID).
+///
+/// A worker may deliver one step several times (a crash after sending, a
+/// lost answer, a take-over after a lease ran out): every delivery carries
+/// this one key, so the provider deduplicates them. The flow id tells a
+/// re-executed key's second flow from the first (as the order id does in
+/// [`instance_downstream_key_of`]); the step tells two steps of one flow
+/// apart; and the action keeps a compensation from sharing the key of the
+/// step it undoes.
+///
+/// Construction: as [`downstream_key_of`], with the domain tag
+/// [`STEP_KEY_DOMAIN`] and the parts `scope`, `operation`, `key`,
+/// `instance`, `step` and [`StepAction::as_str`] (vectors:
+/// `core/vectors/step_keys.json`, computed independently with Python).
+///
+/// ```
+/// use idemkey_core::{step_downstream_key_of, StepAction};
+/// let (acct, op, key, flow) = ("acct", "POST /checkout:v1", "k", "flow-1");
+/// let charge = step_downstream_key_of(acct, op, key, flow, "charge", StepAction::Run);
+/// // Every delivery of the step sends the same key ...
+/// assert_eq!(charge, step_downstream_key_of(acct, op, key, flow, "charge", StepAction::Run));
+/// // ... and its compensation, another step or another flow gets its own.
+/// assert_ne!(charge, step_downstream_key_of(acct, op, key, flow, "charge", StepAction::Compensate));
+/// assert_ne!(charge, step_downstream_key_of(acct, op, key, flow, "ship", StepAction::Run));
+/// assert_ne!(charge, step_downstream_key_of(acct, op, key, "flow-2", "charge", StepAction::Run));
+/// ```
+pub fn step_downstream_key_of(
+    scope: &str,
+    operation: &str,
+    key: &str,
+    instance: &str,
+    step: &str,
+    action: StepAction,
+) -> DownstreamKey {
+    derive(
+        STEP_KEY_DOMAIN,
+        &[scope, operation, key, instance, step, action.as_str()],
+    )
+}
+
 /// SHA-256 over `domain` and the length-prefixed `parts`, as a UUIDv8.
 fn derive(domain: &str, parts: &[&str]) -> DownstreamKey {
     let mut hasher = Sha256::new();
@@ -227,5 +319,77 @@ mod tests {
             instance_downstream_key_of("a", "o", "k", "charge", "1")
         );
         assert_ne!(other, downstream_key_of("a", "o", "k", "charge"));
+    }
+
+    #[test]
+    fn step_keys_match_an_independent_computation() {
+        // Python, as above with b"idemkey/step-key/v1" and the parts
+        // (scope, operation, key, instance, step, action).
+        let k = step_downstream_key_of(
+            "0b8e3d4c-1f2a-4b5c-8d6e-7f8091a2b3c4",
+            "POST /checkout:v1",
+            "8e03978e-40d5-43e8-bc93-6894a57f9324",
+            "3f1c9a7e-5b2d-4e8f-a1c3-7d9e0b2f4a6c",
+            "charge",
+            StepAction::Run,
+        );
+        assert_eq!(k.to_string(), "0a0c6a13-3402-8d61-afaf-097a384dc392");
+        assert_eq!(k.as_uuid().get_version_num(), 8);
+        assert_eq!(k.as_uuid().get_variant(), uuid::Variant::RFC4122);
+    }
+
+    #[test]
+    fn action_and_step_each_change_the_step_key() {
+        let step = |step, action| step_downstream_key_of("a", "o", "k", "flow", step, action);
+        let run = step("charge", StepAction::Run);
+        assert_eq!(run, step("charge", StepAction::Run));
+        assert_ne!(run, step("charge", StepAction::Compensate));
+        assert_ne!(run, step("ship", StepAction::Run));
+        assert_ne!(
+            step("charge", StepAction::Compensate),
+            step("ship", StepAction::Compensate)
+        );
+        // The instance counts too, and the boundary between instance and
+        // step cannot shift.
+        assert_ne!(
+            run,
+            step_downstream_key_of("a", "o", "k", "flow-2", "charge", StepAction::Run)
+        );
+        assert_ne!(
+            step_downstream_key_of("a", "o", "k", "ab", "c", StepAction::Run),
+            step_downstream_key_of("a", "o", "k", "a", "bc", StepAction::Run)
+        );
+    }
+
+    #[test]
+    fn a_step_key_is_never_an_instance_key_of_the_same_parts() {
+        for action in StepAction::ALL {
+            let step = step_downstream_key_of("a", "o", "k", "flow", "charge", action);
+            // The same strings as an instance key, in either order of
+            // effect and instance, and as a version 1 key: other domains.
+            assert_ne!(
+                step,
+                instance_downstream_key_of("a", "o", "k", "charge", "flow")
+            );
+            assert_ne!(
+                step,
+                instance_downstream_key_of("a", "o", "k", "flow", "charge")
+            );
+            assert_ne!(step, downstream_key_of("a", "o", "k", "charge"));
+        }
+    }
+
+    #[test]
+    fn step_actions_round_trip_through_their_names() {
+        assert_eq!(StepAction::Run.as_str(), "run");
+        assert_eq!(StepAction::Compensate.as_str(), "compensate");
+        for action in StepAction::ALL {
+            assert_eq!(action.as_str().parse(), Ok(action));
+        }
+        assert_eq!(
+            "Run".parse::<StepAction>(),
+            Err(UnknownStepAction("Run".into()))
+        );
+        assert!("".parse::<StepAction>().is_err());
     }
 }

@@ -11,7 +11,7 @@
 //! response headers a replay repeats ([`is_replayed_header`]) and the states
 //! the lookup endpoint reports ([`LookupState`]), the seed [`CATALOGUE`],
 //! and the key an effect outside the transaction is sent with
-//! ([`downstream_key`]). It does no IO, no async, reads no clock and draws no
+//! ([`downstream_key`]; one flow step's, [`step_downstream_key_of`]). It does no IO, no async, reads no clock and draws no
 //! random numbers: time ([`UnixMillis`]) and randomness are arguments. The
 //! server, the edge Worker and the browser package all call it, so they
 //! never disagree.
@@ -60,8 +60,9 @@ mod unknown;
 pub use catalogue::{CATALOGUE, CURRENCY, unit_price};
 pub use decision::{Decision, ExpiryPolicy, Stored, UnixMillis, decide, retry_after_secs};
 pub use downstream::{
-    DOWNSTREAM_KEY_DOMAIN, DownstreamKey, INSTANCE_DOWNSTREAM_KEY_DOMAIN, downstream_key,
-    downstream_key_of, instance_downstream_key_of,
+    DOWNSTREAM_KEY_DOMAIN, DownstreamKey, INSTANCE_DOWNSTREAM_KEY_DOMAIN, STEP_KEY_DOMAIN,
+    StepAction, UnknownStepAction, downstream_key, downstream_key_of, instance_downstream_key_of,
+    step_downstream_key_of,
 };
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, canonical_json};
 pub use key::{IdempotencyKey, KeyError, KeyProfile, MAX_KEY_LEN, UnknownProfile};

@@ -6,8 +6,8 @@ use std::path::Path;
 use idemkey_core::{
     AttemptOutcome, DEFAULT_REPLAY_HEADERS, Decision, Earlier, ExpiryPolicy, Fingerprint,
     IdempotencyKey, KeyProfile, LookupState, NEVER_REPLAYED_HEADERS, NewOrder, ORDER_OPERATION,
-    OperationId, Problem, ProblemCode, RetryPolicy, RetryStep, Stored, UnixMillis, canonical_json,
-    decide, downstream_key, is_replayed_header,
+    OperationId, Problem, ProblemCode, RetryPolicy, RetryStep, StepAction, Stored, UnixMillis,
+    canonical_json, decide, downstream_key, is_replayed_header, step_downstream_key_of,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -538,6 +538,50 @@ fn instance_downstream_key_vectors() {
         seen.insert(derived);
     }
     assert_eq!(seen.len(), cases.len(), "every case gives its own key");
+}
+
+#[test]
+fn step_key_vectors() {
+    let doc = load("step_keys.json");
+    assert_eq!(doc["domain"], idemkey_core::STEP_KEY_DOMAIN);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut actions = std::collections::BTreeSet::new();
+    for case in counted(&doc) {
+        let name = str_of(case, "name");
+        let action: StepAction = str_of(case, "action").parse().unwrap();
+        assert_eq!(action.as_str(), str_of(case, "action"), "{name}");
+        let parts = ["scope", "operation", "key", "instance", "step"].map(|f| str_of(case, f));
+        let [scope, operation, key, instance, step] = parts;
+        let derived = step_downstream_key_of(scope, operation, key, instance, step, action);
+        assert_eq!(derived.as_str(), str_of(case, "uuid"), "{name}");
+        // The UUID is the digest's first 16 bytes with version and variant set.
+        let mut hex = derived.as_uuid().simple().to_string();
+        assert_eq!(hex.remove(12), '8', "{name}: version 8");
+        assert!("89ab".contains(hex.remove(15)), "{name}: RFC 9562 variant");
+        let mut plain = str_of(case, "sha256")[..32].to_owned();
+        plain.remove(12);
+        plain.remove(15);
+        assert_eq!(hex, plain, "{name}: the digest's other bits");
+        // The other action gives another key; an instance key of the same
+        // strings is another key too.
+        let other = match action {
+            StepAction::Run => StepAction::Compensate,
+            StepAction::Compensate => StepAction::Run,
+        };
+        let undo = step_downstream_key_of(scope, operation, key, instance, step, other);
+        assert_ne!(derived, undo, "{name}: the other action");
+        let as_instance =
+            idemkey_core::instance_downstream_key_of(scope, operation, key, step, instance);
+        assert_ne!(derived, as_instance, "{name}: an instance key");
+        seen.insert(derived);
+        actions.insert(action.as_str());
+    }
+    assert_eq!(
+        seen.len(),
+        counted(&doc).len(),
+        "every case gives its own key"
+    );
+    assert_eq!(actions.len(), 2, "both actions have vectors");
 }
 
 #[test]

@@ -6,6 +6,10 @@ Construction (v1): SHA-256 of the domain tag "idemkey/downstream-key/v1", then
 each of scope, operation, key (the parsed key's characters) and effect as a
 32-bit big-endian byte length followed by its UTF-8 bytes; the first 16 bytes
 of the digest with the version nibble set to 8 and the variant to RFC 9562.
+The instance keys (domain "idemkey/downstream-key/v2") add the instance as a
+fifth part; the step keys (domain "idemkey/step-key/v1") hash the parts
+scope, operation, key, instance (the flow id), step and action ("run" or
+"compensate") the same way.
 """
 
 import hashlib
@@ -19,6 +23,11 @@ ORDER_2 = "9d2e4f60-7a1b-4c3d-8e5f-a6b7c8d9e0f1"
 ACCOUNT = "0b8e3d4c-1f2a-4b5c-8d6e-7f8091a2b3c4"
 OTHER_ACCOUNT = "5f0c2a1e-9b7d-4c3a-a2e1-0d9c8b7a6f5e"
 ORDER_OP = "POST /orders:v1"
+# step_downstream_key_of: one step (or its compensation) of one flow instance.
+STEP_DOMAIN = "idemkey/step-key/v1"
+FLOW_1 = "3f1c9a7e-5b2d-4e8f-a1c3-7d9e0b2f4a6c"
+FLOW_2 = "c8d7e6f5-a4b3-4c2d-9e1f-0a9b8c7d6e5f"
+CHECKOUT_OP = "POST /checkout:v1"
 
 
 def derive(scope, operation, key, effect, *instance, domain=DOMAIN):
@@ -96,4 +105,38 @@ def instance_cases(article_key):
         digest, value = derive(scope, op, key, effect, instance, domain=INSTANCE_DOMAIN)
         out.append({"name": name, "scope": scope, "operation": op, "key": key,
                     "effect": effect, "instance": instance, "sha256": digest, "uuid": value})
+    return out
+
+
+def step_cases(article_key):
+    """step_downstream_key_of(scope, operation, key, instance, step, action):
+    parts [scope, operation, key, instance, step, action] under STEP_DOMAIN."""
+    k255 = "k" * 255
+    raw = [
+        ("a flow's external step, run: the flow id is the instance", ACCOUNT, CHECKOUT_OP,
+         article_key, FLOW_1, "charge", "run"),
+        ("the same step's compensation: never the run's key", ACCOUNT, CHECKOUT_OP,
+         article_key, FLOW_1, "charge", "compensate"),
+        ("another step of the same flow", ACCOUNT, CHECKOUT_OP, article_key, FLOW_1, "ship",
+         "run"),
+        ("the same step of a second flow of the same key (re-executed)", ACCOUNT, CHECKOUT_OP,
+         article_key, FLOW_2, "charge", "run"),
+        ("the same step under another account", OTHER_ACCOUNT, CHECKOUT_OP, article_key, FLOW_1,
+         "charge", "run"),
+        ("boundaries cannot shift: instance ab, step c", ACCOUNT, CHECKOUT_OP, "k", "ab", "c",
+         "run"),
+        ("boundaries cannot shift: instance a, step bc", ACCOUNT, CHECKOUT_OP, "k", "a", "bc",
+         "run"),
+        ("empty scope, instance and step are hashed as zero lengths; a one-character key",
+         "", "POST /x:v1", "k", "", "", "compensate"),
+        ("non-ASCII scope and step count UTF-8 bytes", "cuenta José 東京", CHECKOUT_OP, "abc",
+         FLOW_1, "reservar-ñ 🎉", "compensate"),
+        ("a key of 255 characters", ACCOUNT, CHECKOUT_OP, k255, FLOW_1, "charge", "run"),
+    ]
+    out = []
+    for name, scope, op, key, instance, step, action in raw:
+        digest, value = derive(scope, op, key, instance, step, action, domain=STEP_DOMAIN)
+        out.append({"name": name, "scope": scope, "operation": op, "key": key,
+                    "instance": instance, "step": step, "action": action, "sha256": digest,
+                    "uuid": value})
     return out

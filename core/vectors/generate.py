@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the shared test vectors of idemkey (keys, fingerprints, decisions,
 retry steps, problems, order bodies, lookup states, replayed headers, HTTP
-fingerprints, derived downstream keys) as JSON files beside this script
+fingerprints, derived downstream and step keys) as JSON files beside this script
 (the downstream keys' generator is downstream.py).
 
 This is a second, independent statement of the contract: the expected values
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the vectors
-from downstream import DOMAIN as DOWNSTREAM_DOMAIN, INSTANCE_DOMAIN, downstream_cases, instance_cases  # noqa: E402
+from downstream import DOMAIN as DOWNSTREAM_DOMAIN, INSTANCE_DOMAIN, STEP_DOMAIN, downstream_cases, instance_cases, step_cases  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ARTICLE_KEY = "8e03978e-40d5-43e8-bc93-6894a57f9324"
@@ -742,6 +742,7 @@ FILES = {
     "problems.json": lambda: {"description": "Every problem code with its status, title and type; exact bodies and headers of the problem constructors.", **problem_cases()},
     "orders.json": lambda: {"description": "POST /orders:v1 bodies: the validated order or the exact request-invalid problem body.", "cases": order_cases()},
     "downstream_keys.json": lambda: counted(f"downstream_key(scope, operation, key, effect): SHA-256 of the domain tag {DOWNSTREAM_DOMAIN!r} then each input as a u32 big-endian byte length and its UTF-8 bytes; the first 16 bytes as a UUIDv8 (version 8, RFC 9562 variant). `key` is what `key_header` parses to under `profile`; `sha256` is the whole digest.", downstream_cases(ARTICLE_KEY), domain=DOWNSTREAM_DOMAIN, instance_description="instance_downstream_key_of(scope, operation, key, effect, instance): the same construction under the domain tag `instance_domain` with `instance` (an order id) hashed as a fifth part; `key` is the stored key.", instance_domain=INSTANCE_DOMAIN, instance_cases=instance_cases(ARTICLE_KEY)),
+    "step_keys.json": lambda: counted(f"step_downstream_key_of(scope, operation, key, instance, step, action): the key one step of one flow instance (action 'run') or its compensation (action 'compensate') is sent downstream with. SHA-256 of the domain tag {STEP_DOMAIN!r} then each of the six parts as a u32 big-endian byte length and its UTF-8 bytes; the first 16 bytes as a UUIDv8 (version 8, RFC 9562 variant); `key` is the stored key, `instance` the flow id, `sha256` the whole digest. Computed by core/vectors/downstream.py with Python's hashlib: d = hashlib.sha256({STEP_DOMAIN!r}.encode() + b''.join(len(p.encode()).to_bytes(4, 'big') + p.encode() for p in (scope, operation, key, instance, step, action))).digest(); b = bytearray(d[:16]); b[6] = b[6] & 0x0F | 0x80; b[8] = b[8] & 0x3F | 0x80; uuid = str(uuid.UUID(bytes=bytes(b))).", step_cases(ARTICLE_KEY), domain=STEP_DOMAIN),
     "unknown.json": lambda: {"description": "RetryPolicy::after_unknown(attempt, firstSentAt, now, replayWindowMs, random) with the default policy: what a client does when its operation's lookup answers unknown.", **unknown_cases()},
 }
 
@@ -760,6 +761,7 @@ MINIMUMS = {
     "problems.json": {"codes": 15, "bodies": 12},
     "orders.json": {"cases": 25},
     "downstream_keys.json": {"cases": 14, "instance_cases": 7},
+    "step_keys.json": {"cases": 10},
     "unknown.json": {"cases": 10},
 }
 

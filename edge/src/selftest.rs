@@ -12,7 +12,9 @@
 //!  "http_fingerprints": [{"operation": "http:v1", "method": "POST", "path": "/pay",
 //!                         "content_type": "application/json", "body_hex": "7b7d"}],
 //!  "downstream_keys": [{"scope": "acct", "operation": "POST /orders:v1",
-//!                       "key_header": "\"abc\"", "profile": "strict", "effect": "charge"}]}
+//!                       "key_header": "\"abc\"", "profile": "strict", "effect": "charge"}],
+//!  "step_keys": [{"scope": "acct", "operation": "POST /checkout:v1", "key": "abc",
+//!                 "instance": "flow-1", "step": "charge", "action": "run"}]}
 //! ```
 //!
 //! answers each list in order, in the vectors' own vocabulary: keys
@@ -21,17 +23,20 @@
 //! `{"problem": body}`; HTTP fingerprints (`Fingerprint::of_http`, whose
 //! body bytes travel as hex) `{"hex"}`; downstream keys
 //! (`downstream_key`, the key header parsed under its profile) `{"uuid"}` or
-//! `{"error": {"code", "reason"}}`.
+//! `{"error": {"code", "reason"}}`; step keys (`step_downstream_key_of` of the
+//! stored tuple) `{"uuid"}` (an action other than `run` or `compensate` is a
+//! batch not understood).
 //!
 //! The Worker itself never computes an HTTP fingerprint (it guards `POST
 //! /orders`, whose fingerprint is the order's, and forwards the rest); the
 //! HTTP fingerprint vectors run here so that the core as built into the
-//! Worker is checked against them all the same; so do the downstream key
-//! vectors (the outbox worker derives those keys at the origin).
+//! Worker is checked against them all the same; so do the downstream and
+//! step key vectors (the outbox and flow workers derive those keys at the
+//! origin).
 
 use idemkey_core::{
     FINGERPRINT_VERSION, Fingerprint, IdempotencyKey, KeyProfile, NewOrder, OperationId,
-    canonical_json, downstream_key,
+    StepAction, canonical_json, downstream_key, step_downstream_key_of,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -51,6 +56,18 @@ struct Batch {
     http_fingerprints: Vec<HttpFingerprintCase>,
     #[serde(default)]
     downstream_keys: Vec<DownstreamCase>,
+    #[serde(default)]
+    step_keys: Vec<StepKeyCase>,
+}
+
+#[derive(Deserialize)]
+struct StepKeyCase {
+    scope: String,
+    operation: String,
+    key: String,
+    instance: String,
+    step: String,
+    action: String,
 }
 
 #[derive(Deserialize)]
@@ -176,12 +193,29 @@ pub fn answer(batch: &[u8]) -> Result<Value, String> {
             )
         })
         .collect::<Result<Vec<_>, String>>()?;
+    let step_keys = batch
+        .step_keys
+        .iter()
+        .map(|case| {
+            let action: StepAction = case.action.parse().map_err(|e| format!("{e}"))?;
+            let key = step_downstream_key_of(
+                &case.scope,
+                &case.operation,
+                &case.key,
+                &case.instance,
+                &case.step,
+                action,
+            );
+            Ok(json!({ "uuid": key.as_str() }))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     Ok(json!({
         "keys": keys,
         "fingerprints": fingerprints,
         "orders": orders,
         "http_fingerprints": http_fingerprints,
         "downstream_keys": downstream_keys,
+        "step_keys": step_keys,
     }))
 }
 
@@ -311,6 +345,21 @@ mod tests {
         assert_eq!(got["downstream_keys"][0]["error"]["reason"], "not-uuid");
     }
 
+    /// The step key vectors as the workerd test sends them, answered
+    /// natively: each gives the vector's UUID.
+    #[test]
+    fn native_step_keys_match_the_vectors() {
+        let doc = vectors("step_keys.json");
+        let cases = doc["cases"].as_array().unwrap();
+        assert_eq!(Some(cases.len() as u64), doc["count"].as_u64());
+        let got = answer(json!({ "step_keys": cases }).to_string().as_bytes()).unwrap();
+        let got = got["step_keys"].as_array().unwrap();
+        assert_eq!(got.len(), cases.len());
+        for (case, got) in cases.iter().zip(got) {
+            assert_eq!(got, &json!({ "uuid": case["uuid"] }), "{}", case["name"]);
+        }
+    }
+
     #[test]
     fn a_batch_that_is_not_understood_is_an_error() {
         assert!(answer(b"3").is_err());
@@ -328,5 +377,12 @@ mod tests {
         assert!(http("7b7").is_err());
         assert!(http("zz").is_err());
         assert!(http("é").is_err());
+        let step = |action: &str| {
+            let case = json!({ "scope": "a", "operation": "POST /x:v1", "key": "k",
+                "instance": "flow", "step": "charge", "action": action });
+            answer(json!({ "step_keys": [case] }).to_string().as_bytes())
+        };
+        assert!(step("compensate").is_ok());
+        assert!(step("undo").is_err());
     }
 }

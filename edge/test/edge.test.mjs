@@ -186,8 +186,9 @@ test('the shared vectors through the Worker build of the core give the native an
   const fingerprints = load('fingerprints.json').cases;
   const orders = load('orders.json').cases;
   const downstream = load('downstream_keys.json').cases;
+  const steps = load('step_keys.json').cases;
   const minimums = load('minimums.json').files;
-  for (const [name, cases] of [['keys.json', keys], ['fingerprints.json', fingerprints], ['orders.json', orders], ['downstream_keys.json', downstream]]) {
+  for (const [name, cases] of [['keys.json', keys], ['fingerprints.json', fingerprints], ['orders.json', orders], ['downstream_keys.json', downstream], ['step_keys.json', steps]]) {
     assert.ok(cases.length >= minimums[name].cases, `${name}: ${cases.length} cases, fewer than the minimum ${minimums[name].cases}`);
   }
   const batch = JSON.stringify({
@@ -195,6 +196,7 @@ test('the shared vectors through the Worker build of the core give the native an
     fingerprints: fingerprints.map(({ operation, payload }) => ({ operation, payload })),
     orders: orders.map(({ body }) => ({ body })),
     downstream_keys: downstream.map(({ scope, operation, key_header, profile, effect }) => ({ scope, operation, key_header, profile, effect })),
+    step_keys: steps.map(({ scope, operation, key, instance, step, action }) => ({ scope, operation, key, instance, step, action })),
   });
   const res = await send(stack.edge, { path: '/__edge/selftest', headers: [json], body: batch });
   assert.equal(res.status, 200, res.body);
@@ -204,12 +206,14 @@ test('the shared vectors through the Worker build of the core give the native an
   assert.equal(worker.fingerprints.length, fingerprints.length);
   assert.equal(worker.orders.length, orders.length);
   assert.equal(worker.downstream_keys.length, downstream.length);
+  assert.equal(worker.step_keys.length, steps.length);
   assert.deepEqual(worker, native);
   // And both agree with what the vectors say (the core's own tests check the
   // same natively).
   keys.forEach((c, i) => assert.deepEqual(worker.keys[i], 'ok' in c ? { ok: c.ok } : { error: c.error }, c.name));
   orders.forEach((c, i) => assert.deepEqual(worker.orders[i], 'ok' in c ? { ok: c.ok } : { problem: c.problem }, c.name));
   downstream.forEach((c, i) => assert.deepEqual(worker.downstream_keys[i], { uuid: c.uuid }, c.name));
+  steps.forEach((c, i) => assert.deepEqual(worker.step_keys[i], { uuid: c.uuid }, c.name));
 });
 
 test('the HTTP fingerprint vectors through the Worker build of the core give the vectors\' hex', async () => {

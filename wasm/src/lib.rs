@@ -2,10 +2,10 @@
 //!
 //! The browser's (and Node's) view of `idemkey-core`, through wasm-bindgen:
 //! a new key from the platform CSPRNG, key parsing under a profile, request
-//! fingerprints, order validation, derived downstream keys and the client
-//! retry policy. It only
-//! converts between JavaScript values and the core's types; every rule lives
-//! in the core, so a browser computes exactly what the server computes. The
+//! fingerprints, order validation, derived downstream (and flow step) keys
+//! and the client retry policy. It only converts between JavaScript values
+//! and the core's types; every rule lives in the core, so a browser computes
+//! exactly what the server computes. The
 //! clock is read in one place ([`retry_step`], through `Date.now()`), and
 //! only to measure an HTTP-date `Retry-After`.
 //!
@@ -185,6 +185,36 @@ pub fn downstream_key_js(
     let key =
         IdempotencyKey::parse(key_header.as_bytes(), parse_profile(profile)?).map_err(key_error)?;
     Ok(idemkey_core::downstream_key(scope, &operation, &key, effect).to_string())
+}
+
+/// `stepDownstreamKey(scope, operation, key, instance, step, action)`: the
+/// key a flow worker sends a provider for `step` of the flow `instance` (the
+/// flow id), `action` `"run"` for the step itself or `"compensate"` for its
+/// undoing, of the request (`scope`, `operation`, `key`) as stored (the key
+/// unquoted, as `parseKey` returns it): a lowercase hyphenated UUIDv8, the
+/// same on every delivery of that step, never the key of its compensation
+/// (the core's `step_downstream_key_of`). Throws `invalid-argument` for
+/// another `action`.
+#[cfg(feature = "downstream-key")]
+#[wasm_bindgen(js_name = stepDownstreamKey)]
+pub fn step_downstream_key_js(
+    scope: &str,
+    operation: &str,
+    key: &str,
+    instance: &str,
+    step: &str,
+    #[wasm_bindgen(unchecked_param_type = r#""run" | "compensate""#)] action: &str,
+) -> Result<String, JsValue> {
+    let action = action
+        .parse()
+        // Not `UnknownStepAction`'s Display, as for `parse_profile`.
+        .map_err(|_: idemkey_core::UnknownStepAction| {
+            invalid_argument("action must be run or compensate")
+        })?;
+    Ok(
+        idemkey_core::step_downstream_key_of(scope, operation, key, instance, step, action)
+            .to_string(),
+    )
 }
 
 /// `retryStep(attempt, outcome, random, policy?, maybeApplied?)`: what the

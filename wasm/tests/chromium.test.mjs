@@ -37,6 +37,7 @@ test("shared vectors give the native answers in Chromium", async () => {
         allKeys: vectors.keys.cases.length,
         hasFieldLines: "parseKeyLines" in wasm,
         hasDownstreamKey: "downstreamKey" in wasm,
+        hasStepDownstreamKey: "stepDownstreamKey" in wasm,
         newKeys: checkNewKeys(wasm, 1000),
         ua: navigator.userAgent,
       };
@@ -57,9 +58,11 @@ test("shared vectors give the native answers in Chromium", async () => {
     // The browser build leaves parseKeyLines out (feature field-lines): the
     // zero- and two-line key cases run in the Node build only.
     assert.equal(results.hasFieldLines, false);
-    // Nor downstreamKey (feature downstream-key, a server's business): the
-    // core's derivation runs in Chromium through tests/core_vectors.rs.
+    // Nor downstreamKey and stepDownstreamKey (feature downstream-key, a
+    // server's business): the core's derivations run in Chromium through
+    // tests/core_vectors.rs.
     assert.equal(results.hasDownstreamKey, false);
+    assert.equal(results.hasStepDownstreamKey, false);
     assert.ok(results.oneLine > 100 && results.oneLine < results.allKeys, `${results.oneLine} of ${results.allKeys} key cases`);
     assert.equal(results.newKeys, 1000);
     console.log(`# ${results.results.length} vector cases and 1000 new keys passed in ${results.ua.match(/Chrome\/[\d.]+/)?.[0]}`);

@@ -1,6 +1,6 @@
 //! The shared vectors of what the browser package does not export (lookup
 //! states, replayed headers, the generic HTTP fingerprint, derived downstream
-//! keys) against
+//! and flow step keys) against
 //! `idemkey-core` compiled to wasm32, in Node and in headless Chromium:
 //! the core runs in a JavaScript engine exactly as natively, without adding
 //! exports (and bytes) to the package. `scripts/test.d/50-wasm-browser.sh`
@@ -11,7 +11,8 @@
 
 use idemkey_core::{
     DEFAULT_REPLAY_HEADERS, Fingerprint, IdempotencyKey, KeyProfile, LookupState,
-    NEVER_REPLAYED_HEADERS, OperationId, Stored, UnixMillis, downstream_key, is_replayed_header,
+    NEVER_REPLAYED_HEADERS, OperationId, STEP_KEY_DOMAIN, StepAction, Stored, UnixMillis,
+    downstream_key, is_replayed_header, step_downstream_key_of,
 };
 use serde_json::Value;
 use wasm_bindgen_test::wasm_bindgen_test;
@@ -20,6 +21,7 @@ const LOOKUPS: &str = include_str!("../../core/vectors/lookups.json");
 const REPLAY_HEADERS: &str = include_str!("../../core/vectors/replay_headers.json");
 const HTTP_FINGERPRINTS: &str = include_str!("../../core/vectors/http_fingerprints.json");
 const DOWNSTREAM_KEYS: &str = include_str!("../../core/vectors/downstream_keys.json");
+const STEP_KEYS: &str = include_str!("../../core/vectors/step_keys.json");
 
 const MINIMUMS: &str = include_str!("../../core/vectors/minimums.json");
 
@@ -154,6 +156,33 @@ fn downstream_key_vectors() {
             .as_deref(),
             Some(str_of(case, "uuid")),
             "{name}: downstreamKey"
+        );
+        ran += 1;
+    }
+    assert_eq!(ran, count);
+}
+
+/// The core's step key derivation, and the Node build's `stepDownstreamKey`
+/// export over it (left out of the browser package like `downstreamKey`).
+#[wasm_bindgen_test]
+fn step_key_vectors() {
+    let (doc, count) = load("step_keys.json", STEP_KEYS);
+    assert_eq!(doc["domain"], STEP_KEY_DOMAIN);
+    let mut ran = 0;
+    for case in doc["cases"].as_array().unwrap() {
+        let name = str_of(case, "name");
+        let [scope, operation, key, instance, step, action] =
+            ["scope", "operation", "key", "instance", "step", "action"].map(|f| str_of(case, f));
+        let parsed: StepAction = action.parse().unwrap();
+        let derived = step_downstream_key_of(scope, operation, key, instance, step, parsed);
+        assert_eq!(derived.as_str(), str_of(case, "uuid"), "{name}");
+        #[cfg(feature = "downstream-key")]
+        assert_eq!(
+            idemkey_wasm::step_downstream_key_js(scope, operation, key, instance, step, action)
+                .ok()
+                .as_deref(),
+            Some(str_of(case, "uuid")),
+            "{name}: stepDownstreamKey"
         );
         ran += 1;
     }

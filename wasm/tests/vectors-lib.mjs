@@ -4,8 +4,9 @@
 //
 // Covered: keys.json (parseKey, and parseKeyLines where the build has it), fingerprints.json
 // (fingerprint), retry.json (retryStep), unknown.json (afterUnknown),
-// orders.json (validateOrder), downstream_keys.json (downstreamKey, Node
-// build only: the browser build leaves it out, feature downstream-key). Not
+// orders.json (validateOrder), downstream_keys.json (downstreamKey) and
+// step_keys.json (stepDownstreamKey), both Node build only: the browser build
+// leaves them out, feature downstream-key. Not
 // covered, because the browser package does not expose them: decisions.json
 // (the server decides) and problems.json (the server builds problems;
 // validateOrder's request-invalid bodies are checked byte for byte).
@@ -77,7 +78,7 @@ export function keyCases(wasm, keys) {
 /**
  * Runs every vector; returns one result per case: {suite, name, error?}.
  * @param {typeof import("../pkg/idemkey_wasm.js")} wasm
- * @param {{keys: any, fingerprints: any, retry: any, unknown?: any, orders: any, downstream_keys?: any}} vectors
+ * @param {{keys: any, fingerprints: any, retry: any, unknown?: any, orders: any, downstream_keys?: any, step_keys?: any}} vectors
  */
 export function runVectors(wasm, vectors) {
   const results = [];
@@ -159,6 +160,12 @@ export function runVectors(wasm, vectors) {
     run("downstream_keys", c.name, () => {
       const got = wasm.downstreamKey(c.scope, c.operation, c.key_header, c.profile, c.effect);
       expectEqual(got, c.uuid, "downstream key");
+    });
+  }
+  for (const c of vectors.step_keys?.cases ?? []) {
+    run("step_keys", c.name, () => {
+      const got = wasm.stepDownstreamKey(c.scope, c.operation, c.key, c.instance, c.step, c.action);
+      expectEqual(got, c.uuid, "step key");
     });
   }
   return results;

@@ -16,10 +16,12 @@ const vectors = {
   unknown: load("unknown"),
   orders: load("orders"),
   downstream_keys: load("downstream_keys"),
+  step_keys: load("step_keys"),
 };
 
 assert.equal(typeof wasm.parseKeyLines, "function", "the Node build has every feature");
 assert.equal(typeof wasm.downstreamKey, "function", "the Node build has every feature");
+assert.equal(typeof wasm.stepDownstreamKey, "function", "the Node build has every feature");
 const results = runVectors(wasm, vectors);
 for (const r of results) {
   test(`${r.suite}: ${r.name}`, () => {
@@ -45,6 +47,8 @@ test("newKey gives distinct quoted UUIDv4 keys that parse back", () => {
 test("errors carry the core's codes", () => {
   assert.throws(() => wasm.downstreamKey("a", "POST /orders:v1", "not-a-uuid", "uuid", "charge"), { code: "idempotency-key-invalid", reason: "not-uuid" });
   assert.throws(() => wasm.downstreamKey("a", "POST /orders", '"k"', "strict", "charge"), { code: "invalid-argument" });
+  assert.throws(() => wasm.stepDownstreamKey("a", "POST /x:v1", "k", "flow", "charge", "undo"), { code: "invalid-argument" });
+  assert.throws(() => wasm.stepDownstreamKey("a", "POST /x:v1", "k", "flow", "charge", "Run"), { code: "invalid-argument" });
   assert.throws(() => wasm.parseKey("", "strict"), { code: "idempotency-key-invalid", reason: "empty" });
   assert.throws(() => wasm.parseKeyLines([], "lenient"), { code: "idempotency-key-missing", reason: "missing" });
   assert.throws(() => wasm.parseKey('"a"', "loose"), { code: "invalid-argument" });
