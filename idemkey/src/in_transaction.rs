@@ -140,7 +140,7 @@ impl Options {
         }
     }
 
-    fn policy(&self) -> Policy {
+    pub(crate) fn policy(&self) -> Policy {
         Policy {
             expiry: self.expiry_policy,
             ..Policy::new(Mode::Transactional, TRANSACTION_LEASE, self.replay_ttl)
@@ -214,10 +214,10 @@ where
 #[cfg(feature = "postgres")]
 pub type PgEffect<'t, E> = Pin<Box<dyn Future<Output = Result<StoredResponse, E>> + Send + 't>>;
 
-fn finish<E>(
+pub(crate) fn finish<T, E>(
     key: &RecordKey,
     options: &Options,
-    result: Result<idempotency::Outcome<()>, Error<E>>,
+    result: Result<idempotency::Outcome<T>, Error<E>>,
 ) -> Result<Outcome, Error<E>> {
     let outcome = match result {
         Ok(outcome) => outcome,

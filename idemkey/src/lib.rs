@@ -31,6 +31,8 @@
 
 pub mod duration;
 pub mod error;
+#[cfg(all(feature = "flow", any(feature = "postgres", feature = "sqlite")))]
+pub mod flow;
 pub mod idempotency;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod in_transaction;

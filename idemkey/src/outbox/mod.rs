@@ -15,4 +15,4 @@ mod worker;
 
 pub use message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
 pub use metrics::OutboxMetrics;
-pub use worker::{Delivery, MAX_RETRY_AFTER, Worker, WorkerSettings};
+pub use worker::{Delivery, MAX_RETRY_AFTER, Settled, Worker, WorkerSettings};

@@ -58,9 +58,36 @@ impl Delivery {
     }
 }
 
+/// What a handler that records its own outcome did with a message
+/// ([`Worker::handle_settled`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// It settled the message in its own transaction, with what the
+    /// message asked for.
+    Recorded,
+    /// Its claim had ended (another worker took the message over, or the
+    /// work moved on): it recorded nothing.
+    Fenced,
+    /// Nothing was recorded: the worker settles the message as `delivery`
+    /// says (retried with backoff, dead-lettered when the attempts run
+    /// out, or failed), with the downstream key it was sent with.
+    Again {
+        /// What the attempt came to.
+        delivery: Delivery,
+        /// The key the downstream saw, if it was called.
+        sent_key: Option<String>,
+    },
+}
+
 /// The future a delivery function returns.
 type DeliveryFuture = Pin<Box<dyn Future<Output = Delivery> + Send>>;
-type Handler = Arc<dyn Fn(OutboxMessage) -> DeliveryFuture + Send + Sync>;
+type SettledFuture = Pin<Box<dyn Future<Output = Result<Settled, StoreError>> + Send>>;
+
+#[derive(Clone)]
+enum Handler {
+    Deliver(Arc<dyn Fn(OutboxMessage) -> DeliveryFuture + Send + Sync>),
+    Settles(Arc<dyn Fn(OutboxMessage) -> SettledFuture + Send + Sync>),
+}
 
 /// How a worker claims and retries.
 #[derive(Clone, Copy, Debug)]
@@ -133,7 +160,22 @@ impl Worker {
         F: Fn(OutboxMessage) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Delivery> + Send + 'static,
     {
-        let handler: Handler = Arc::new(move |message| Box::pin(deliver(message)));
+        let handler = Handler::Deliver(Arc::new(move |message| Box::pin(deliver(message))));
+        self.handlers.insert(effect.to_owned(), handler);
+        self
+    }
+
+    /// Registers `handle` for the messages of `effect`, for work whose
+    /// outcome must commit with other rows (a step of a flow and its
+    /// journal): it settles the message in its own transaction, fenced by
+    /// the message's lease, or hands it back as [`Settled::Again`].
+    #[must_use]
+    pub fn handle_settled<F, Fut>(mut self, effect: &str, handle: F) -> Self
+    where
+        F: Fn(OutboxMessage) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Settled, StoreError>> + Send + 'static,
+    {
+        let handler = Handler::Settles(Arc::new(move |message| Box::pin(handle(message))));
         self.handlers.insert(effect.to_owned(), handler);
         self
     }
@@ -215,13 +257,31 @@ impl Worker {
         let Some(handler) = self.handlers.get(&message.effect) else {
             return Ok(());
         };
-        let key = message.downstream_key().to_string();
-        let cutoff = self.settings.lease / 2;
-        let delivery = tokio::time::timeout(cutoff, handler(message.clone()))
-            .await
-            .unwrap_or_else(|_| {
-                Delivery::Uncertain(format!("no answer within {} ms", cutoff.as_millis()))
-            });
+        let (delivery, key) = match handler {
+            Handler::Deliver(deliver) => {
+                let cutoff = self.settings.lease / 2;
+                let delivery = tokio::time::timeout(cutoff, deliver(message.clone()))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Delivery::Uncertain(format!("no answer within {} ms", cutoff.as_millis()))
+                    });
+                (delivery, message.downstream_key().to_string())
+            }
+            Handler::Settles(handle) => match handle(message.clone()).await? {
+                Settled::Recorded => {
+                    self.metrics.count(&message.effect, "delivered");
+                    return Ok(());
+                }
+                Settled::Fenced => {
+                    self.metrics.count(&message.effect, "lease-lost");
+                    return Ok(());
+                }
+                Settled::Again { delivery, sent_key } => (
+                    delivery,
+                    sent_key.unwrap_or_else(|| message.downstream_key().to_string()),
+                ),
+            },
+        };
         self.metrics.count(&message.effect, delivery.label());
         let settlement = self.settlement(&message, delivery);
         if matches!(settlement, Settlement::Dead { .. }) {

@@ -79,7 +79,11 @@ impl Known {
 
 /// The library's own migrations, given a backend's statements for each
 /// (the outbox's only with the `outbox` feature).
-pub(crate) fn library(records: &'static str, outbox: &'static str) -> Vec<Migration> {
+pub(crate) fn library(
+    records: &'static str,
+    outbox: &'static str,
+    steps: &'static str,
+) -> Vec<Migration> {
     let mut list = vec![Migration {
         component: "records",
         version: 1,
@@ -100,6 +104,15 @@ pub(crate) fn library(records: &'static str, outbox: &'static str) -> Vec<Migrat
                 table: "outbox",
                 column: "downstream_key",
             }),
+        });
+    }
+    if cfg!(feature = "flow") {
+        list.push(Migration {
+            component: "steps",
+            version: 1,
+            name: "step journal",
+            sql: steps,
+            adopt: None,
         });
     }
     list

@@ -10,7 +10,13 @@
 use super::StoreError;
 
 /// The tables the library creates, by their default names.
-const OWNED: [&str; 3] = ["idempotency_records", "idemkey_migrations", "outbox"];
+const OWNED: [&str; 5] = [
+    "idempotency_records",
+    "idemkey_migrations",
+    "outbox",
+    "idemkey_flows",
+    "idemkey_steps",
+];
 
 /// Longest prefix accepted (PostgreSQL's identifiers end at 63 bytes).
 const MAX_PREFIX: usize = 24;

@@ -11,6 +11,8 @@
 mod conninfo;
 mod db;
 mod error;
+#[cfg(feature = "flow")]
+mod flow;
 #[cfg(feature = "outbox")]
 mod outbox;
 mod pooler;
@@ -22,6 +24,8 @@ mod transaction;
 pub(crate) use conninfo::is_key_value;
 pub use db::PgDb;
 pub use error::db_error;
+#[cfg(feature = "flow")]
+pub(crate) use flow::PgJournal;
 #[cfg(feature = "outbox")]
 pub use outbox::enqueue;
 pub use records::{PgRecords, read_from_row};

@@ -146,6 +146,7 @@ impl SqliteDb {
         migrations::library(
             include_str!("migrations/records_0001.sql"),
             include_str!("migrations/outbox_0001.sql"),
+            include_str!("migrations/steps_0001.sql"),
         )
     }
 

@@ -25,6 +25,8 @@
 
 mod connection;
 mod db;
+#[cfg(feature = "flow")]
+mod flow;
 mod group_commit;
 mod migrate;
 #[cfg(feature = "outbox")]
@@ -37,6 +39,8 @@ mod transaction;
 
 pub use connection::{DEFAULT_WAIT, immediate, sqlite_error};
 pub use db::SqliteDb;
+#[cfg(feature = "flow")]
+pub(crate) use flow::SqliteJournal;
 #[cfg(feature = "outbox")]
 pub use outbox::enqueue;
 pub use readers::{DEFAULT_READERS, MAX_READERS};

@@ -387,6 +387,7 @@ mod tests {
             &crate::store::migrations::library(
                 include_str!("migrations/records_0001.sql"),
                 include_str!("migrations/outbox_0001.sql"),
+                include_str!("migrations/steps_0001.sql"),
             ),
         )
         .expect("migrate");

@@ -1,0 +1,410 @@
+//! How a service declares an operation of several steps: an ordered list
+//! of named steps, each local (SQL in the journal's own transaction) or
+//! external (a call to another system with the step's derived key), each
+//! optionally undone by a compensation, and the responses the operation
+//! ends with.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idemkey_core::{DownstreamKey, StepAction, step_downstream_key_of};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::idempotency::StoredResponse;
+
+/// Everything a step sees: the operation's identity and input, and the
+/// outputs the steps before it recorded (replayed from the journal, never
+/// recomputed).
+#[derive(Clone, Debug)]
+pub struct StepContext {
+    /// The execution's id (the flow row's; one per execution of a key).
+    pub flow_id: Uuid,
+    /// The key's scope (an account id).
+    pub scope: String,
+    /// The key's operation.
+    pub operation: String,
+    /// The client's key.
+    pub key: String,
+    /// This step's name.
+    pub step: &'static str,
+    /// Whether this call runs the step or undoes it.
+    pub action: StepAction,
+    /// The request's validated payload, as the first request stored it.
+    pub input: Value,
+    /// The outputs of the steps recorded `done` so far, by step name.
+    pub outputs: BTreeMap<String, Value>,
+    /// Which attempt this is (1 for the first).
+    pub attempt: u32,
+    /// Whether an earlier attempt may have reached the downstream (it was
+    /// sent, or its worker died while sending): look the effect up by
+    /// [`StepContext::downstream_key`] before sending it again.
+    pub maybe_sent: bool,
+    /// Why the operation failed, for compensations and the failure's
+    /// response.
+    pub failure: Option<Failure>,
+}
+
+impl StepContext {
+    /// The key this step (or its compensation) is sent with: derived by the
+    /// core from the key tuple, this execution, the step's name and the
+    /// action, so every re-delivery carries the same one and no two steps,
+    /// executions or actions share one.
+    pub fn downstream_key(&self) -> DownstreamKey {
+        step_downstream_key_of(
+            &self.scope,
+            &self.operation,
+            &self.key,
+            &self.flow_id.to_string(),
+            self.step,
+            self.action,
+        )
+    }
+
+    /// The output a step before this one recorded.
+    pub fn output(&self, step: &str) -> Option<&Value> {
+        self.outputs.get(step)
+    }
+}
+
+/// Why an operation failed: the step that refused and its reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The step that failed for good.
+    pub step: String,
+    /// What it said.
+    pub reason: String,
+}
+
+/// What one call of an external step came to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Attempt {
+    /// The effect happened (or was found done); its output is recorded
+    /// and handed to the steps after it.
+    Done(Value),
+    /// Refused for good (a declined card): the operation fails and the
+    /// steps before this one are compensated. A compensation is never
+    /// refused for good: its refusal is retried until its attempts run out.
+    Refused(String),
+    /// Surely not applied: try again later (not before `after` when the
+    /// downstream said so).
+    Retry {
+        /// The downstream's `Retry-After`.
+        after: Option<Duration>,
+        /// What happened.
+        reason: String,
+    },
+    /// Maybe applied (no answer): the next attempt looks it up first.
+    Uncertain(String),
+}
+
+/// What a local step's function failed with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepError {
+    /// Refused for good (out of stock): the operation fails and the steps
+    /// before are compensated; nothing of this step is kept.
+    Refused(String),
+    /// A temporary failure: the transaction rolls back and the step runs
+    /// again later (a retry of the key, or the worker).
+    Retry(String),
+}
+
+impl From<crate::StoreError> for StepError {
+    fn from(err: crate::StoreError) -> Self {
+        Self::Retry(err.to_string())
+    }
+}
+
+/// The future an external step returns.
+pub type StepFuture = Pin<Box<dyn Future<Output = Attempt> + Send>>;
+type ExternalFn = Arc<dyn Fn(StepContext) -> StepFuture + Send + Sync>;
+
+/// The future a PostgreSQL local step returns: boxed, so that it may borrow
+/// the transaction.
+#[cfg(feature = "postgres")]
+pub type PgStepFuture<'t> = Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send + 't>>;
+#[cfg(feature = "postgres")]
+pub(crate) type PgLocalFn = Arc<
+    dyn for<'t, 'c> Fn(&'t tokio_postgres::Transaction<'c>, StepContext) -> PgStepFuture<'t>
+        + Send
+        + Sync,
+>;
+#[cfg(feature = "sqlite")]
+pub(crate) type SqliteLocalFn =
+    Arc<dyn Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError> + Send + Sync>;
+
+/// A local step: SQL that commits in the journal's transaction, with the
+/// step's row and the next step's message (one function per backend the
+/// service runs on; a store without one refuses the flow).
+#[derive(Clone, Default)]
+pub struct Local {
+    #[cfg(feature = "postgres")]
+    pub(crate) postgres: Option<PgLocalFn>,
+    #[cfg(feature = "postgres")]
+    pub(crate) postgres_undo: Option<PgLocalFn>,
+    #[cfg(feature = "sqlite")]
+    pub(crate) sqlite: Option<SqliteLocalFn>,
+    #[cfg(feature = "sqlite")]
+    pub(crate) sqlite_undo: Option<SqliteLocalFn>,
+}
+
+impl Local {
+    /// A local step with no function yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Its PostgreSQL function, run in the open transaction.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn postgres<F>(mut self, f: F) -> Self
+    where
+        F: for<'t, 'c> Fn(&'t tokio_postgres::Transaction<'c>, StepContext) -> PgStepFuture<'t>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.postgres = Some(Arc::new(f));
+        self
+    }
+
+    /// Its compensation on PostgreSQL.
+    #[cfg(feature = "postgres")]
+    #[must_use]
+    pub fn postgres_undo<F>(mut self, f: F) -> Self
+    where
+        F: for<'t, 'c> Fn(&'t tokio_postgres::Transaction<'c>, StepContext) -> PgStepFuture<'t>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.postgres_undo = Some(Arc::new(f));
+        self
+    }
+
+    /// Its SQLite function, run in the open transaction (blocking, on the
+    /// store's thread).
+    #[cfg(feature = "sqlite")]
+    #[must_use]
+    pub fn sqlite<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.sqlite = Some(Arc::new(f));
+        self
+    }
+
+    /// Its compensation on SQLite.
+    #[cfg(feature = "sqlite")]
+    #[must_use]
+    pub fn sqlite_undo<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.sqlite_undo = Some(Arc::new(f));
+        self
+    }
+
+    fn compensable(&self) -> bool {
+        let mut any = false;
+        #[cfg(feature = "postgres")]
+        {
+            any |= self.postgres_undo.is_some();
+        }
+        #[cfg(feature = "sqlite")]
+        {
+            any |= self.sqlite_undo.is_some();
+        }
+        any
+    }
+
+    /// Whether it has a function for `backend` (as [`crate::Db::backend`]
+    /// names it).
+    fn runs_on(&self, backend: &str) -> bool {
+        match backend {
+            #[cfg(feature = "postgres")]
+            "postgres" => self.postgres.is_some(),
+            #[cfg(feature = "sqlite")]
+            "sqlite" => self.sqlite.is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// An external step: a call to another system, made by the outbox worker
+/// with [`StepContext::downstream_key`], looked up first whenever
+/// [`StepContext::maybe_sent`].
+#[derive(Clone)]
+pub struct External {
+    pub(crate) run: ExternalFn,
+    pub(crate) undo: Option<ExternalFn>,
+}
+
+impl External {
+    /// The step's call.
+    pub fn new<F, Fut>(run: F) -> Self
+    where
+        F: Fn(StepContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Attempt> + Send + 'static,
+    {
+        Self {
+            run: Arc::new(move |ctx| Box::pin(run(ctx))),
+            undo: None,
+        }
+    }
+
+    /// Its compensation (a refund), made with the compensation's own key.
+    #[must_use]
+    pub fn undo<F, Fut>(mut self, undo: F) -> Self
+    where
+        F: Fn(StepContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Attempt> + Send + 'static,
+    {
+        self.undo = Some(Arc::new(move |ctx| Box::pin(undo(ctx))));
+        self
+    }
+}
+
+/// A step of a flow.
+#[derive(Clone)]
+pub(crate) enum Kind {
+    Local(Local),
+    External(External),
+}
+
+#[derive(Clone)]
+pub(crate) struct Step {
+    pub(crate) name: &'static str,
+    pub(crate) kind: Kind,
+}
+
+impl Step {
+    pub(crate) fn compensable(&self) -> bool {
+        match &self.kind {
+            Kind::Local(local) => local.compensable(),
+            Kind::External(external) => external.undo.is_some(),
+        }
+    }
+}
+
+type Render = Arc<dyn Fn(&StepContext) -> StoredResponse + Send + Sync>;
+
+/// An operation of several steps, declared once and registered with
+/// [`super::Flows`]. Step names are stable: they are stored in the journal
+/// and shown to clients in the state document.
+#[derive(Clone)]
+pub struct Flow {
+    pub(crate) name: &'static str,
+    pub(crate) steps: Vec<Step>,
+    pub(crate) done: Render,
+    pub(crate) failed: Render,
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let steps: Vec<_> = self.steps.iter().map(|s| s.name).collect();
+        f.debug_struct("Flow")
+            .field("name", &self.name)
+            .field("steps", &steps)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Flow {
+    /// A flow with no step, answering `200` with every output when done and
+    /// a `409 operation-failed` problem naming the step when failed.
+    pub fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            steps: Vec::new(),
+            done: Arc::new(|ctx: &StepContext| {
+                let body = serde_json::json!({ "id": ctx.flow_id, "outputs": ctx.outputs });
+                StoredResponse::new(200, body.to_string())
+                    .with_header("content-type", "application/json")
+            }),
+            failed: Arc::new(super::state::failed_problem),
+        }
+    }
+
+    /// Appends a local step.
+    #[must_use]
+    pub fn local(mut self, name: &'static str, step: Local) -> Self {
+        self.steps.push(Step {
+            name,
+            kind: Kind::Local(step),
+        });
+        self
+    }
+
+    /// Appends an external step.
+    #[must_use]
+    pub fn external(mut self, name: &'static str, step: External) -> Self {
+        self.steps.push(Step {
+            name,
+            kind: Kind::External(step),
+        });
+        self
+    }
+
+    /// The response the operation answers (and replays) once every step is
+    /// done, from their outputs.
+    #[must_use]
+    pub fn done(
+        mut self,
+        render: impl Fn(&StepContext) -> StoredResponse + Send + Sync + 'static,
+    ) -> Self {
+        self.done = Arc::new(render);
+        self
+    }
+
+    /// The response the operation answers (and replays) once it failed and
+    /// its compensations ran ([`StepContext::failure`] names the step).
+    #[must_use]
+    pub fn failed(
+        mut self,
+        render: impl Fn(&StepContext) -> StoredResponse + Send + Sync + 'static,
+    ) -> Self {
+        self.failed = Arc::new(render);
+        self
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Its steps' names, in order.
+    pub fn step_names(&self) -> Vec<&'static str> {
+        self.steps.iter().map(|s| s.name).collect()
+    }
+
+    /// Why this flow cannot run on `backend`, if it cannot.
+    pub(crate) fn check(&self, backend: &str) -> Result<(), String> {
+        if self.steps.is_empty() {
+            return Err(format!("flow {} has no step", self.name));
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            if self.steps[..i].iter().any(|s| s.name == step.name) {
+                return Err(format!("flow {} names step {} twice", self.name, step.name));
+            }
+            if let Kind::Local(local) = &step.kind
+                && !local.runs_on(backend)
+            {
+                return Err(format!(
+                    "step {} of flow {} has no {backend} function",
+                    step.name, self.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,515 @@
+//! [`Flows`]: the registered flows of a service on one store. It starts an
+//! execution in the key's own transaction, answers retries and polls from
+//! the journal, and runs the steps the outbox worker claims.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idemkey_core::{Fingerprint, StepAction};
+use serde_json::Value;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::declare::{Attempt, Flow, Kind, StepError};
+use super::machine::{self, Action, Outcome as Step, Recorded, STEP_EFFECT, StepMessage};
+use super::state::{FlowRow, FlowState, StateDocument};
+use crate::idempotency::{Done, RecordKey, StoredResponse};
+use crate::in_transaction::{self, Error, Options, Outcome};
+use crate::outbox::{Delivery, Settled, Worker};
+use crate::store::outbox::OutboxMessage;
+use crate::store::{Db, StoreError};
+
+/// `$body` with `$s` bound to the SQL store; the journal has no other.
+macro_rules! sql {
+    ($db:expr, $s:ident => $body:expr) => {
+        match $db {
+            #[cfg(feature = "postgres")]
+            Db::Postgres($s) => $body,
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite($s) => $body,
+            #[allow(unreachable_patterns)]
+            _ => Err(StoreError::Unsupported(
+                "operations of several steps need a SQL store".into(),
+            )),
+        }
+    };
+}
+
+/// How executions answer and run.
+#[derive(Clone, Debug)]
+pub struct FlowSettings {
+    /// How long the first request (and a retry) waits for the execution to
+    /// end before answering `202` with its state: `0` answers at once.
+    pub wait: Duration,
+    /// The longest an external step's call may take before it counts as
+    /// uncertain (looked up at the next attempt). Keep it under half the
+    /// worker's lease, so a live worker's claim never ends under it.
+    pub call_timeout: Duration,
+    /// Where a client polls an execution: this prefix and its id.
+    pub location_prefix: String,
+}
+
+impl Default for FlowSettings {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(2),
+            call_timeout: Duration::from_secs(10),
+            location_prefix: "/operations/".to_owned(),
+        }
+    }
+}
+
+/// The flows a service declared, on its store.
+#[derive(Clone)]
+pub struct Flows {
+    db: Db,
+    flows: Arc<HashMap<&'static str, Arc<Flow>>>,
+    settings: FlowSettings,
+    wake: Arc<Notify>,
+}
+
+impl std::fmt::Debug for Flows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flows")
+            .field("flows", &self.flows.keys().collect::<Vec<_>>())
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An execution as a poll sees it.
+#[derive(Clone, Debug)]
+pub struct View {
+    /// The journal's row.
+    pub row: FlowRow,
+    /// Its state document.
+    pub document: StateDocument,
+    /// The answer to send: the final response once ended, else the `202`
+    /// state document.
+    pub response: StoredResponse,
+}
+
+impl Flows {
+    /// The flows `flows` on `db` (PostgreSQL or SQLite): each must have a
+    /// function for this backend for every local step.
+    pub fn new(db: Db, flows: Vec<Flow>, settings: FlowSettings) -> Result<Self, StoreError> {
+        let mut map = HashMap::new();
+        for flow in flows {
+            flow.check(db.backend()).map_err(StoreError::Unsupported)?;
+            if map.insert(flow.name, Arc::new(flow)).is_some() {
+                return Err(StoreError::Unsupported("two flows of one name".into()));
+            }
+        }
+        if db.lease_only() {
+            return Err(StoreError::Unsupported(
+                "operations of several steps need a SQL store (PostgreSQL or SQLite)".into(),
+            ));
+        }
+        Ok(Self {
+            db,
+            flows: Arc::new(map),
+            settings,
+            wake: Arc::default(),
+        })
+    }
+
+    /// `worker` with the steps of these flows to run: it claims their
+    /// messages with the others, and wakes as soon as an execution is
+    /// started or resumed in this process.
+    #[must_use]
+    pub fn attach(&self, worker: Worker) -> Worker {
+        let flows = self.clone();
+        worker
+            .with_waker(Arc::clone(&self.wake))
+            .handle_settled(STEP_EFFECT, move |message| {
+                let flows = flows.clone();
+                async move { flows.execute(message).await }
+            })
+    }
+
+    /// The notifier an in-process worker waits on (when it was built with
+    /// its own [`Worker::with_waker`], hand it this one).
+    pub fn waker(&self) -> Arc<Notify> {
+        Arc::clone(&self.wake)
+    }
+
+    fn flow(&self, name: &str) -> Result<&Arc<Flow>, StoreError> {
+        self.flows
+            .get(name)
+            .ok_or_else(|| StoreError::Unsupported(format!("no flow named {name}")))
+    }
+
+    /// Runs the key's request: the first one claims the key, starts an
+    /// execution of `flow` with `input` (the validated payload) and runs its
+    /// leading local steps, all in one transaction with the next step's
+    /// message; it answers the final response if the execution ends within
+    /// [`FlowSettings::wait`], else `202` with the state document. A retry
+    /// resumes the execution (its next step due now) and answers the same
+    /// way; an ended one replays its final response.
+    pub async fn start(
+        &self,
+        flow: &str,
+        key: &RecordKey,
+        fingerprint: Fingerprint,
+        input: &Value,
+        options: &Options,
+    ) -> Result<Outcome, Error<StepError>> {
+        let declared = Arc::clone(self.flow(flow)?);
+        let row = FlowRow {
+            id: Uuid::new_v4(),
+            scope: key.scope.as_str().to_owned(),
+            operation: key.operation.as_str().to_owned(),
+            key: key.key.as_str().to_owned(),
+            flow: declared.name.to_owned(),
+            state: FlowState::Running,
+            position: 0,
+            input: input.to_string(),
+            failed_step: None,
+            error: None,
+            response: None,
+            steps: Vec::new(),
+        };
+        let location = format!("{}{}", self.settings.location_prefix, row.id);
+        let policy = options.policy();
+        let result = match &self.db {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) => {
+                use crate::store::postgres::{PgJournal, run_in_transaction};
+                let mut client = pg.client().await?;
+                let tables = pg.tables().clone();
+                run_in_transaction(
+                    &mut client,
+                    key,
+                    fingerprint,
+                    &policy,
+                    options.lock_timeout,
+                    |tx| {
+                        Box::pin(async move {
+                            let j = PgJournal {
+                                tx,
+                                tables: &tables,
+                            };
+                            start_in(&j, &declared, row, &location).await
+                        })
+                    },
+                )
+                .await
+            }
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(db) => {
+                use crate::store::sqlite::{SqliteJournal, run_in_transaction};
+                let tables = db.tables().clone();
+                let key = key.clone();
+                db.with_conn(move |conn| {
+                    Ok(run_in_transaction(conn, &key, fingerprint, &policy, |tx| {
+                        let j = SqliteJournal {
+                            conn: tx,
+                            tables: &tables,
+                        };
+                        pollster::block_on(start_in(&j, &declared, row, &location))
+                    }))
+                })
+                .await?
+            }
+            #[allow(unreachable_patterns)]
+            _ => return Err(Error::Store(StoreError::Unsupported("no SQL store".into()))),
+        };
+        let ran = match &result {
+            Ok(crate::idempotency::Outcome::Executed {
+                value,
+                stored: true,
+                ..
+            }) => (!value.state.ended()).then_some(value.id),
+            _ => None,
+        };
+        let outcome = in_transaction::finish(key, options, result)?;
+        match (outcome, ran) {
+            (Outcome::Executed(accepted), Some(id)) => {
+                self.wake.notify_waiters();
+                Ok(match self.settle_within(id).await? {
+                    Some(view) if view.row.state.ended() => Outcome::Executed(view.response),
+                    _ => Outcome::Executed(accepted),
+                })
+            }
+            (Outcome::Replayed(stored), _) => self.replayed(key, stored).await,
+            (outcome, _) => Ok(outcome),
+        }
+    }
+
+    /// A retry of a key whose execution exists: resumed, then answered
+    /// from the journal.
+    async fn replayed(
+        &self,
+        key: &RecordKey,
+        stored: StoredResponse,
+    ) -> Result<Outcome, Error<StepError>> {
+        if stored.status != 202 {
+            return Ok(Outcome::Replayed(stored));
+        }
+        let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
+        let Some(id) = self.find(scope, operation, k).await? else {
+            return Ok(Outcome::Replayed(stored));
+        };
+        self.resume(scope, id).await?;
+        Ok(match self.settle_within(id).await? {
+            Some(view) => Outcome::Replayed(view.response),
+            None => Outcome::Replayed(stored),
+        })
+    }
+
+    /// Waits up to [`FlowSettings::wait`] for execution `id` to end,
+    /// reading the journal at growing intervals (the worker may be another
+    /// process's).
+    async fn settle_within(&self, id: Uuid) -> Result<Option<View>, StoreError> {
+        let deadline = tokio::time::Instant::now() + self.settings.wait;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let view = self.view(id).await?;
+            let ended = view.as_ref().is_none_or(|v| v.row.state.ended());
+            let now = tokio::time::Instant::now();
+            if ended || now >= deadline {
+                return Ok(view);
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Execution `id` as `scope` may see it: `None` when it does not exist
+    /// or is another scope's.
+    pub async fn poll(&self, scope: &str, id: Uuid) -> Result<Option<View>, StoreError> {
+        Ok(self.view(id).await?.filter(|v| v.row.scope == scope))
+    }
+
+    async fn view(&self, id: Uuid) -> Result<Option<View>, StoreError> {
+        let Some(row) = self.load(id).await? else {
+            return Ok(None);
+        };
+        let flow = self.flow(&row.flow)?;
+        let next = if row.state.ended() {
+            None
+        } else {
+            self.next(&row.scope, id).await?
+        };
+        let document = StateDocument::of(flow, &row, next.as_ref());
+        let response = match (&row.response, row.state.ended()) {
+            (Some(response), true) => response.clone(),
+            _ => document.to_stored(&format!("{}{id}", self.settings.location_prefix)),
+        };
+        Ok(Some(View {
+            row,
+            document,
+            response,
+        }))
+    }
+
+    async fn load(&self, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+        sql!(&self.db, db => db.flow_load(id).await)
+    }
+
+    async fn find(&self, scope: &str, op: &str, key: &str) -> Result<Option<Uuid>, StoreError> {
+        sql!(&self.db, db => db.flow_find(scope, op, key).await)
+    }
+
+    async fn next(
+        &self,
+        scope: &str,
+        id: Uuid,
+    ) -> Result<Option<super::state::NextMessage>, StoreError> {
+        sql!(&self.db, db => db.flow_next(scope, id).await)
+    }
+
+    /// Makes execution `id`'s next step due now (a backoff is cut short;
+    /// a live claim is left alone) and wakes the worker.
+    pub async fn resume(&self, scope: &str, id: Uuid) -> Result<(), StoreError> {
+        sql!(&self.db, db => db.flow_resume(scope, id).await)?;
+        self.wake.notify_waiters();
+        Ok(())
+    }
+
+    /// Runs the step a claimed message asks for and records it (see
+    /// [`machine::record`]); what the worker should do with the message
+    /// when it was not recorded.
+    async fn execute(&self, message: OutboxMessage) -> Result<Settled, StoreError> {
+        let Ok(asked) = serde_json::from_str::<StepMessage>(&message.payload) else {
+            return Ok(again(
+                Delivery::Refused("malformed step message".into()),
+                None,
+            ));
+        };
+        let Ok(id) = machine::message_flow(&message) else {
+            return Ok(again(
+                Delivery::Refused("the message names no execution".into()),
+                None,
+            ));
+        };
+        let Some(row) = self.load(id).await? else {
+            return Ok(again(Delivery::Refused("no such execution".into()), None));
+        };
+        let Ok(flow) = self.flow(&row.flow).cloned() else {
+            return Ok(again(
+                Delivery::Retry {
+                    after: None,
+                    reason: format!("flow {} is not declared in this process", row.flow),
+                },
+                None,
+            ));
+        };
+        let idx = usize::try_from(asked.step).unwrap_or(usize::MAX);
+        let Some(step) = flow.steps.get(idx) else {
+            return Ok(again(Delivery::Refused("no such step".into()), None));
+        };
+        let attempts = message.attempts;
+        let outcome = match &step.kind {
+            Kind::Local(_) => Step::RunLocal { attempts },
+            Kind::External(external) => {
+                let call = match asked.action {
+                    Action::Run => Some(&external.run),
+                    Action::Compensate => external.undo.as_ref(),
+                };
+                let ctx = machine::context(
+                    &flow,
+                    &row,
+                    idx,
+                    StepAction::from(asked.action),
+                    attempts,
+                    message.maybe_sent(),
+                );
+                let sent = Some(ctx.downstream_key().to_string());
+                let attempt = match call {
+                    Some(call) => tokio::time::timeout(self.settings.call_timeout, call(ctx))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Attempt::Uncertain(format!(
+                                "no answer within {} ms",
+                                self.settings.call_timeout.as_millis()
+                            ))
+                        }),
+                    None => Attempt::Done(Value::Null),
+                };
+                match (attempt, asked.action) {
+                    (Attempt::Done(output), _) => Step::Done {
+                        output,
+                        attempts,
+                        sent_key: sent,
+                    },
+                    (Attempt::Refused(reason), Action::Run) => Step::Refused {
+                        reason,
+                        attempts,
+                        sent_key: sent,
+                    },
+                    (Attempt::Refused(reason), Action::Compensate) => {
+                        return Ok(again(
+                            Delivery::Retry {
+                                after: None,
+                                reason,
+                            },
+                            sent,
+                        ));
+                    }
+                    (Attempt::Retry { after, reason }, _) => {
+                        return Ok(again(Delivery::Retry { after, reason }, sent));
+                    }
+                    (Attempt::Uncertain(reason), _) => {
+                        return Ok(again(Delivery::Uncertain(reason), sent));
+                    }
+                }
+            }
+        };
+        let recorded = self.record(&flow, &message, asked, outcome).await?;
+        Ok(match recorded {
+            Ok(Recorded::Moved) => {
+                self.wake.notify_waiters();
+                Settled::Recorded
+            }
+            Ok(Recorded::Fenced) => Settled::Fenced,
+            Err(StepError::Retry(reason) | StepError::Refused(reason)) => again(
+                Delivery::Retry {
+                    after: None,
+                    reason,
+                },
+                None,
+            ),
+        })
+    }
+
+    /// [`machine::record`] in a transaction of its own, committed only when
+    /// the execution moved.
+    async fn record(
+        &self,
+        flow: &Arc<Flow>,
+        message: &OutboxMessage,
+        asked: StepMessage,
+        outcome: Step,
+    ) -> Result<Result<Recorded, StepError>, StoreError> {
+        match &self.db {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pg) => {
+                use crate::store::postgres::{PgJournal, db_error};
+                let mut client = pg.client().await?;
+                let tx = client.transaction().await.map_err(db_error)?;
+                let j = PgJournal {
+                    tx: &tx,
+                    tables: pg.tables(),
+                };
+                let result = machine::record(&j, flow, message, asked, outcome).await;
+                if matches!(result, Ok(Recorded::Moved)) {
+                    tx.commit().await.map_err(db_error)?;
+                } else {
+                    tx.rollback().await.map_err(db_error)?;
+                }
+                Ok(result)
+            }
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(db) => {
+                use crate::store::sqlite::{SqliteJournal, immediate, sqlite_error};
+                let tables = db.tables().clone();
+                let (flow, message) = (Arc::clone(flow), message.clone());
+                db.with_conn(move |conn| {
+                    let tx = immediate(conn)?;
+                    let j = SqliteJournal {
+                        conn: &tx,
+                        tables: &tables,
+                    };
+                    let result =
+                        pollster::block_on(machine::record(&j, &flow, &message, asked, outcome));
+                    if matches!(result, Ok(Recorded::Moved)) {
+                        tx.commit().map_err(sqlite_error)?;
+                    } else {
+                        tx.rollback().map_err(sqlite_error)?;
+                    }
+                    Ok(result)
+                })
+                .await
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(StoreError::Unsupported("no SQL store".into())),
+        }
+    }
+}
+
+fn again(delivery: Delivery, sent_key: Option<String>) -> Settled {
+    Settled::Again { delivery, sent_key }
+}
+
+/// The first request's transaction: the execution's row, its leading local
+/// steps, and the next step's message (or its final response).
+async fn start_in<J: machine::Journal>(
+    j: &J,
+    flow: &Flow,
+    mut row: FlowRow,
+    location: &str,
+) -> Result<Done<FlowRow>, StepError> {
+    j.insert_flow(&row).await?;
+    machine::proceed(j, flow, &mut row, true).await?;
+    let response = match &row.response {
+        Some(response) if row.state.ended() => response.clone(),
+        _ => StateDocument::of(flow, &row, None).to_stored(location),
+    };
+    Ok(Done {
+        response,
+        resource: Some(row.id.to_string()),
+        value: row,
+    })
+}

@@ -1,0 +1,262 @@
+//! An execution as the journal holds it, and the state document a client
+//! gets while it runs: stable step names and states, one shape on every
+//! store.
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::declare::{Flow, StepContext};
+use crate::idempotency::StoredResponse;
+
+/// Where an execution is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlowState {
+    /// Steps still to run.
+    Running,
+    /// A step failed for good; the steps before it are being undone.
+    Compensating,
+    /// Every step done: its final response is stored.
+    Done,
+    /// A step failed for good and every compensation ran: its final
+    /// response is stored.
+    Failed,
+}
+
+impl FlowState {
+    /// The name the journal stores.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Compensating => "compensating",
+            Self::Done => "done",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "running" => Self::Running,
+            "compensating" => Self::Compensating,
+            "done" => Self::Done,
+            "failed" => Self::Failed,
+            _ => return None,
+        })
+    }
+
+    /// Whether it ended (its final response is stored).
+    pub const fn ended(self) -> bool {
+        matches!(self, Self::Done | Self::Failed)
+    }
+}
+
+/// A step as the journal recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepRow {
+    /// Its place in the flow.
+    pub idx: i32,
+    /// Its name.
+    pub name: String,
+    /// `done`, `failed` or `compensated`.
+    pub state: String,
+    /// Its output (JSON) when done, its reason when failed.
+    pub output: Option<String>,
+    /// Attempts it took.
+    pub attempts: i32,
+    /// The downstream key it was sent with (external steps).
+    pub downstream_key: Option<String>,
+}
+
+/// An execution's row and its recorded steps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowRow {
+    /// Its id.
+    pub id: Uuid,
+    /// The key tuple it runs under.
+    pub scope: String,
+    /// The key's operation.
+    pub operation: String,
+    /// The client's key.
+    pub key: String,
+    /// The flow's name.
+    pub flow: String,
+    /// Where it is.
+    pub state: FlowState,
+    /// The step to run next (running) or to undo next (compensating).
+    pub position: i32,
+    /// The request's payload (JSON).
+    pub input: String,
+    /// The step that failed for good.
+    pub failed_step: Option<String>,
+    /// Its reason.
+    pub error: Option<String>,
+    /// The final response, once ended.
+    pub response: Option<StoredResponse>,
+    /// The steps recorded, by index.
+    pub steps: Vec<StepRow>,
+}
+
+/// The pending message of an execution, as its state document shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NextMessage {
+    /// `pending`, or `dead` when its attempts ran out.
+    pub status: String,
+    /// Attempts made so far.
+    pub attempts: i32,
+    /// The last attempt's error.
+    pub last_error: Option<String>,
+}
+
+/// One step in the state document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StepView {
+    /// Its stable name.
+    pub name: &'static str,
+    /// `pending`, `running`, `done`, `failed`, `compensating`,
+    /// `compensated` or `dead` (its attempts ran out: an operator retries
+    /// it).
+    pub state: &'static str,
+    /// Attempts so far, when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i32>,
+}
+
+/// The state document: what a `202` answers and a poll returns while the
+/// operation runs. RFC 9457's members (`type`, `title`, `status`,
+/// `detail`, `code`) plus the operation's own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StateDocument {
+    /// `…/problems/operation-in-progress` (or `-failed` / `-done`).
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// A short human summary.
+    pub title: &'static str,
+    /// The HTTP status it is sent with.
+    pub status: u16,
+    /// What to do next.
+    pub detail: String,
+    /// `operation-in-progress`, `operation-compensating`, `operation-done`
+    /// or `operation-failed`.
+    pub code: &'static str,
+    /// The flow's name.
+    pub operation: &'static str,
+    /// The execution's id.
+    pub id: Uuid,
+    /// `running`, `compensating`, `done` or `failed`.
+    pub state: FlowState,
+    /// The step running or being undone, when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<&'static str>,
+    /// Every step of the flow, in order.
+    pub steps: Vec<StepView>,
+    /// The step that failed for good, when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_step: Option<String>,
+}
+
+/// Where the problem types are documented.
+const TYPE_BASE: &str = "https://idemkey.dev/problems/";
+
+impl StateDocument {
+    /// The document of `row` (a run of `flow`), its pending message `next`
+    /// (if any).
+    pub fn of(flow: &Flow, row: &FlowRow, next: Option<&NextMessage>) -> Self {
+        let position = usize::try_from(row.position).unwrap_or(0);
+        let steps: Vec<StepView> = flow
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, step)| {
+                let recorded = row
+                    .steps
+                    .iter()
+                    .find(|s| usize::try_from(s.idx).ok() == Some(i));
+                let current = i == position && !row.state.ended();
+                let state = match (recorded.map(|r| r.state.as_str()), row.state) {
+                    (Some("done"), FlowState::Compensating) if current => "compensating",
+                    (Some("done"), _) => "done",
+                    (Some("failed"), _) => "failed",
+                    (Some(_), _) => "compensated",
+                    (None, FlowState::Running) if current => match next {
+                        Some(m) if m.status == "dead" => "dead",
+                        Some(m) if m.attempts > 0 => "running",
+                        _ => "pending",
+                    },
+                    (None, _) => "pending",
+                };
+                let attempts = match recorded {
+                    Some(r) => Some(r.attempts),
+                    None if current => next.map(|m| m.attempts).filter(|a| *a > 0),
+                    None => None,
+                };
+                StepView {
+                    name: step.name,
+                    state,
+                    attempts,
+                }
+            })
+            .collect();
+        let step = (!row.state.ended())
+            .then(|| flow.steps.get(position).map(|s| s.name))
+            .flatten();
+        let (code, title, detail) = match row.state {
+            FlowState::Running => (
+                "operation-in-progress",
+                "Operation in progress",
+                "The operation was accepted and is running. Poll the Location, or send the same request with the same Idempotency-Key: it resumes where it stopped and never repeats a step.",
+            ),
+            FlowState::Compensating => (
+                "operation-compensating",
+                "Operation failed; undoing its steps",
+                "A step failed for good; the steps before it are being undone. Poll the Location for the final answer.",
+            ),
+            FlowState::Done => ("operation-done", "Operation done", "Every step is done."),
+            FlowState::Failed => (
+                "operation-failed",
+                "Operation failed",
+                "A step failed for good and the steps before it were undone.",
+            ),
+        };
+        Self {
+            type_uri: format!("{TYPE_BASE}{code}"),
+            title,
+            status: 202,
+            detail: detail.to_owned(),
+            code,
+            operation: flow.name,
+            id: row.id,
+            state: row.state,
+            step,
+            steps,
+            failed_step: row.failed_step.clone(),
+        }
+    }
+
+    /// As a `202 Accepted` response with `Location` (where to poll).
+    pub fn to_stored(&self, location: &str) -> StoredResponse {
+        let body = serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned());
+        StoredResponse::new(self.status, body)
+            .with_header("content-type", "application/json")
+            .with_header("location", location)
+    }
+}
+
+/// The default final response of a failed operation: `409` with code
+/// `operation-failed`, naming the step and its reason.
+pub(crate) fn failed_problem(ctx: &StepContext) -> StoredResponse {
+    let (step, reason) = ctx
+        .failure
+        .as_ref()
+        .map_or(("", ""), |f| (f.step.as_str(), f.reason.as_str()));
+    let body = serde_json::json!({
+        "type": format!("{TYPE_BASE}operation-failed"),
+        "title": "Operation failed",
+        "status": 409,
+        "detail": format!("Step {step} failed: {reason}. The steps before it were undone."),
+        "code": "operation-failed",
+        "id": ctx.flow_id,
+        "failed_step": step,
+    });
+    StoredResponse::new(409, body.to_string())
+        .with_header("content-type", "application/problem+json")
+}

@@ -1,0 +1,339 @@
+//! The step journal's statements on PostgreSQL: the transitions of
+//! [`crate::flow`] in a caller's transaction, and the reads a state
+//! document needs. The execution's row is locked (`FOR UPDATE`) for the
+//! whole recording transaction, so two owners never record one step.
+
+use serde_json::Value;
+use tokio_postgres::{GenericClient, Row, Transaction};
+use uuid::Uuid;
+
+use super::db::PgDb;
+use super::error::db_error;
+use crate::flow::declare::{Local, StepContext, StepError};
+use crate::flow::machine::{Journal, STEP_EFFECT};
+use crate::flow::state::{FlowRow, FlowState, NextMessage, StepRow};
+use crate::idempotency::StoredResponse;
+use crate::store::outbox::OutboxMessage;
+use crate::store::{StoreError, Tables};
+
+const COLUMNS: &str = "id, scope, operation, key, flow, state, position, input, failed_step, \
+                       error, response_status, response_headers, response_body";
+const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, \
+     position, input) VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text, \
+     $7::int4, $8::text)";
+const STEPS: &str = "SELECT idx, name, state, output, attempts, downstream_key FROM idemkey_steps \
+                     WHERE flow_id = $1::uuid ORDER BY idx";
+const SETTLE: &str = "UPDATE outbox SET status = 'delivered', result = 'recorded', \
+     downstream_key = $3::text, settled_at = statement_timestamp(), lease = NULL, \
+     lease_until = NULL \
+     WHERE scope = $4::text AND id = $1::int8 AND lease = $2::uuid AND status = 'pending'";
+const INSERT_STEP: &str = "INSERT INTO idemkey_steps (flow_id, idx, name, state, output, \
+     attempts, downstream_key) VALUES ($1::uuid, $2::int4, $3::text, $4::text, $5::text, \
+     $6::int4, $7::text)";
+const COMPENSATED: &str = "UPDATE idemkey_steps SET state = 'compensated', \
+     compensated_at = statement_timestamp() \
+     WHERE flow_id = $1::uuid AND idx = $2::int4 AND state = 'done'";
+const UPDATE_FLOW: &str = "UPDATE idemkey_flows SET state = $2::text, position = $3::int4, \
+     failed_step = $4::text, error = $5::text, response_status = $6::int4, \
+     response_headers = $7::text, response_body = $8::bytea, \
+     updated_at = statement_timestamp() WHERE id = $1::uuid";
+const ENQUEUE: &str = "INSERT INTO outbox (scope, operation, key, effect, resource_id, payload) \
+     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text)";
+const FINISH_RECORD: &str = "UPDATE idempotency_records SET response_status = $4::int4, \
+     response_headers = $5::text, response_body = $6::bytea \
+     WHERE scope = $1::text AND operation = $2::text AND key = $3::text \
+       AND resource_id = $7::text AND status = 'completed'";
+const FIND: &str = "SELECT id FROM idemkey_flows WHERE scope = $1::text AND operation = $2::text \
+                    AND key = $3::text ORDER BY created_at DESC LIMIT 1";
+const NEXT: &str = "SELECT status, attempts, last_error FROM outbox \
+     WHERE scope = $1::text AND resource_id = $2::text AND effect = 'flow-step' \
+       AND status IN ('pending', 'dead') ORDER BY id DESC LIMIT 1";
+const RESUME: &str = "UPDATE outbox SET available_at = statement_timestamp() \
+     WHERE scope = $1::text AND resource_id = $2::text AND effect = 'flow-step' \
+       AND status = 'pending' AND available_at > statement_timestamp()";
+
+/// The journal on an open transaction.
+pub(crate) struct PgJournal<'a, 'c> {
+    pub(crate) tx: &'a Transaction<'c>,
+    pub(crate) tables: &'a Tables,
+}
+
+fn flow_from_row(row: &Row) -> Result<FlowRow, StoreError> {
+    let state: String = row.try_get("state").map_err(db_error)?;
+    let status: Option<i32> = row.try_get("response_status").map_err(db_error)?;
+    let response = match status {
+        Some(status) => {
+            let headers: Option<String> = row.try_get("response_headers").map_err(db_error)?;
+            let body: Option<Vec<u8>> = row.try_get("response_body").map_err(db_error)?;
+            Some(StoredResponse {
+                status: u16::try_from(status).unwrap_or(500),
+                headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
+                body: body.map(Into::into),
+            })
+        }
+        None => None,
+    };
+    Ok(FlowRow {
+        id: row.try_get("id").map_err(db_error)?,
+        scope: row.try_get("scope").map_err(db_error)?,
+        operation: row.try_get("operation").map_err(db_error)?,
+        key: row.try_get("key").map_err(db_error)?,
+        flow: row.try_get("flow").map_err(db_error)?,
+        state: FlowState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("flow state {state:?}")))?,
+        position: row.try_get("position").map_err(db_error)?,
+        input: row.try_get("input").map_err(db_error)?,
+        failed_step: row.try_get("failed_step").map_err(db_error)?,
+        error: row.try_get("error").map_err(db_error)?,
+        response,
+        steps: Vec::new(),
+    })
+}
+
+async fn load(
+    client: &impl GenericClient,
+    tables: &Tables,
+    id: Uuid,
+    lock: bool,
+) -> Result<Option<FlowRow>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM idemkey_flows WHERE id = $1::uuid{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let Some(row) = client
+        .query_opt(&tables.render(&sql), &[&id])
+        .await
+        .map_err(db_error)?
+    else {
+        return Ok(None);
+    };
+    let mut flow = flow_from_row(&row)?;
+    let steps = client
+        .query(&*tables.render_static(STEPS), &[&id])
+        .await
+        .map_err(db_error)?;
+    for step in &steps {
+        flow.steps.push(StepRow {
+            idx: step.try_get("idx").map_err(db_error)?,
+            name: step.try_get("name").map_err(db_error)?,
+            state: step.try_get("state").map_err(db_error)?,
+            output: step.try_get("output").map_err(db_error)?,
+            attempts: step.try_get("attempts").map_err(db_error)?,
+            downstream_key: step.try_get("downstream_key").map_err(db_error)?,
+        });
+    }
+    Ok(Some(flow))
+}
+
+impl Journal for PgJournal<'_, '_> {
+    async fn insert_flow(&self, row: &FlowRow) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                &*self.tables.render_static(INSERT_FLOW),
+                &[
+                    &row.id,
+                    &row.scope,
+                    &row.operation,
+                    &row.key,
+                    &row.flow,
+                    &row.state.as_str(),
+                    &row.position,
+                    &row.input,
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(db_error)
+    }
+
+    async fn lock_flow(&self, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+        load(self.tx, self.tables, id, true).await
+    }
+
+    async fn settle(
+        &self,
+        message: &OutboxMessage,
+        sent_key: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let n = self
+            .tx
+            .execute(
+                &*self.tables.render_static(SETTLE),
+                &[&message.id, &message.lease, &sent_key, &message.scope],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(n == 1)
+    }
+
+    async fn insert_step(&self, flow: Uuid, step: &StepRow) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                &*self.tables.render_static(INSERT_STEP),
+                &[
+                    &flow,
+                    &step.idx,
+                    &step.name,
+                    &step.state,
+                    &step.output,
+                    &step.attempts,
+                    &step.downstream_key,
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(db_error)
+    }
+
+    async fn compensated(&self, flow: Uuid, idx: i32) -> Result<bool, StoreError> {
+        let n = self
+            .tx
+            .execute(&*self.tables.render_static(COMPENSATED), &[&flow, &idx])
+            .await
+            .map_err(db_error)?;
+        Ok(n == 1)
+    }
+
+    async fn update_flow(&self, row: &FlowRow) -> Result<(), StoreError> {
+        let status = row.response.as_ref().map(|r| i32::from(r.status));
+        let headers = row.response.as_ref().map(StoredResponse::headers_json);
+        let body = row.response.as_ref().and_then(|r| r.body.as_deref());
+        self.tx
+            .execute(
+                &*self.tables.render_static(UPDATE_FLOW),
+                &[
+                    &row.id,
+                    &row.state.as_str(),
+                    &row.position,
+                    &row.failed_step,
+                    &row.error,
+                    &status,
+                    &headers,
+                    &body,
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(db_error)
+    }
+
+    async fn enqueue(&self, row: &FlowRow, payload: &str) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                &*self.tables.render_static(ENQUEUE),
+                &[
+                    &row.scope,
+                    &row.operation,
+                    &row.key,
+                    &STEP_EFFECT,
+                    &row.id.to_string(),
+                    &payload,
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(db_error)
+    }
+
+    async fn finish_record(
+        &self,
+        row: &FlowRow,
+        response: &StoredResponse,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                &*self.tables.render_static(FINISH_RECORD),
+                &[
+                    &row.scope,
+                    &row.operation,
+                    &row.key,
+                    &i32::from(response.status),
+                    &response.headers_json(),
+                    &response.body.as_deref(),
+                    &row.id.to_string(),
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(db_error)
+    }
+
+    async fn run_local(
+        &self,
+        local: &Local,
+        undo: bool,
+        ctx: StepContext,
+    ) -> Result<Value, StepError> {
+        let f = if undo {
+            local.postgres_undo.as_ref()
+        } else {
+            local.postgres.as_ref()
+        };
+        match f {
+            Some(f) => f(self.tx, ctx).await,
+            None if undo => Ok(Value::Null),
+            None => Err(StepError::Refused(format!(
+                "step {} has no PostgreSQL function",
+                ctx.step
+            ))),
+        }
+    }
+}
+
+impl PgDb {
+    pub(crate) async fn flow_load(&self, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+        let client = self.client().await?;
+        load(&**client, self.tables(), id, false).await
+    }
+
+    pub(crate) async fn flow_find(
+        &self,
+        scope: &str,
+        operation: &str,
+        key: &str,
+    ) -> Result<Option<Uuid>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &*self.tables().render_static(FIND),
+                &[&scope, &operation, &key],
+            )
+            .await
+            .map_err(db_error)?;
+        row.map(|r| r.try_get(0).map_err(db_error)).transpose()
+    }
+
+    pub(crate) async fn flow_next(
+        &self,
+        scope: &str,
+        id: Uuid,
+    ) -> Result<Option<NextMessage>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &*self.tables().render_static(NEXT),
+                &[&scope, &id.to_string()],
+            )
+            .await
+            .map_err(db_error)?;
+        row.map(|r| {
+            Ok(NextMessage {
+                status: r.try_get(0).map_err(db_error)?,
+                attempts: r.try_get(1).map_err(db_error)?,
+                last_error: r.try_get(2).map_err(db_error)?,
+            })
+        })
+        .transpose()
+    }
+
+    pub(crate) async fn flow_resume(&self, scope: &str, id: Uuid) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                &*self.tables().render_static(RESUME),
+                &[&scope, &id.to_string()],
+            )
+            .await
+            .map_err(db_error)
+    }
+}

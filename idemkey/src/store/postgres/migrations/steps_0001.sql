@@ -1,0 +1,38 @@
+-- Operations of several steps: one row per execution of a key whose
+-- operation declared a flow, and one row per step recorded. A step's row,
+-- its effects and the next step's outbox message commit together (the
+-- recovery point); the primary key (flow_id, idx) makes a second recording
+-- of one step impossible whatever a stale worker believes.
+CREATE TABLE idemkey_flows (
+    id               uuid PRIMARY KEY,
+    scope            text NOT NULL,
+    operation        text NOT NULL,
+    key              text NOT NULL,
+    flow             text NOT NULL,
+    state            text NOT NULL
+                     CHECK (state IN ('running', 'compensating', 'done', 'failed')),
+    position         integer NOT NULL CHECK (position >= 0),
+    input            text NOT NULL,
+    failed_step      text,
+    error            text,
+    response_status  integer CHECK (response_status BETWEEN 100 AND 599),
+    response_headers text,
+    response_body    bytea,
+    created_at       timestamptz NOT NULL DEFAULT statement_timestamp(),
+    updated_at       timestamptz NOT NULL DEFAULT statement_timestamp(),
+    CHECK ((state IN ('done', 'failed')) = (response_status IS NOT NULL))
+);
+CREATE INDEX idemkey_flows_key ON idemkey_flows (scope, operation, key, created_at);
+CREATE INDEX idemkey_flows_open ON idemkey_flows (updated_at) WHERE state IN ('running', 'compensating');
+CREATE TABLE idemkey_steps (
+    flow_id        uuid NOT NULL REFERENCES idemkey_flows (id) ON DELETE CASCADE,
+    idx            integer NOT NULL CHECK (idx >= 0),
+    name           text NOT NULL,
+    state          text NOT NULL CHECK (state IN ('done', 'failed', 'compensated')),
+    output         text,
+    attempts       integer NOT NULL DEFAULT 1,
+    downstream_key text,
+    recorded_at    timestamptz NOT NULL DEFAULT statement_timestamp(),
+    compensated_at timestamptz,
+    PRIMARY KEY (flow_id, idx)
+);

@@ -1,0 +1,376 @@
+//! The step journal's statements on SQLite: the transitions of
+//! [`crate::flow`] in a `BEGIN IMMEDIATE` transaction (which holds the
+//! file's write lock, so two owners never record one step), and the reads
+//! a state document needs. Blocking: the futures are ready when returned.
+
+use std::future::{Future, ready};
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::connection::sqlite_error;
+use super::db::SqliteDb;
+use crate::flow::declare::{Local, StepContext, StepError};
+use crate::flow::machine::{Journal, STEP_EFFECT};
+use crate::flow::state::{FlowRow, FlowState, NextMessage, StepRow};
+use crate::idempotency::StoredResponse;
+use crate::store::outbox::OutboxMessage;
+use crate::store::{StoreError, Tables};
+
+const NOW: &str = "CAST(round(unixepoch('subsec') * 1000) AS INTEGER)";
+const LOAD: &str = "SELECT id, scope, operation, key, flow, state, position, input, failed_step, \
+     error, response_status, response_headers, response_body FROM idemkey_flows WHERE id = ?1";
+const STEPS: &str = "SELECT idx, name, state, output, attempts, downstream_key FROM idemkey_steps \
+                     WHERE flow_id = ?1 ORDER BY idx";
+const COMPENSATED: &str = "UPDATE idemkey_steps SET state = 'compensated', \
+     compensated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) \
+     WHERE flow_id = ?1 AND idx = ?2 AND state = 'done'";
+const UPDATE_FLOW: &str = "UPDATE idemkey_flows SET state = ?2, position = ?3, failed_step = ?4, \
+     error = ?5, response_status = ?6, response_headers = ?7, response_body = ?8, \
+     updated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) WHERE id = ?1";
+const FINISH_RECORD: &str = "UPDATE idempotency_records SET response_status = ?4, \
+     response_headers = ?5, response_body = ?6 \
+     WHERE scope = ?1 AND operation = ?2 AND key = ?3 AND resource_id = ?7 \
+       AND status = 'completed'";
+const FIND: &str = "SELECT id FROM idemkey_flows WHERE scope = ?1 AND operation = ?2 AND key = ?3 \
+                    ORDER BY created_at DESC, rowid DESC LIMIT 1";
+const NEXT: &str = "SELECT status, attempts, last_error FROM outbox \
+     WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' \
+       AND status IN ('pending', 'dead') ORDER BY id DESC LIMIT 1";
+const RESUME: &str = "UPDATE outbox SET available_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) \
+     WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' AND status = 'pending' \
+       AND available_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)";
+
+/// The journal on an open transaction.
+pub(crate) struct SqliteJournal<'a> {
+    pub(crate) conn: &'a Connection,
+    pub(crate) tables: &'a Tables,
+}
+
+fn flow_from_row(row: &Row<'_>) -> rusqlite::Result<(FlowRow, String)> {
+    let id: String = row.get(0)?;
+    let state: String = row.get(5)?;
+    let status: Option<i64> = row.get(10)?;
+    let response = match status {
+        Some(status) => {
+            let headers: Option<String> = row.get(11)?;
+            let body: Option<Vec<u8>> = row.get(12)?;
+            Some(StoredResponse {
+                status: u16::try_from(status).unwrap_or(500),
+                headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
+                body: body.map(Into::into),
+            })
+        }
+        None => None,
+    };
+    Ok((
+        FlowRow {
+            id: Uuid::try_parse(&id).unwrap_or_default(),
+            scope: row.get(1)?,
+            operation: row.get(2)?,
+            key: row.get(3)?,
+            flow: row.get(4)?,
+            state: FlowState::parse(&state).unwrap_or(FlowState::Running),
+            position: row.get(6)?,
+            input: row.get(7)?,
+            failed_step: row.get(8)?,
+            error: row.get(9)?,
+            response,
+            steps: Vec::new(),
+        },
+        state,
+    ))
+}
+
+fn load(conn: &Connection, tables: &Tables, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+    let id_text = id.to_string();
+    let found = conn
+        .prepare_cached(&tables.render_static(LOAD))
+        .and_then(|mut stmt| stmt.query_row([&id_text], flow_from_row).optional())
+        .map_err(sqlite_error)?;
+    let Some((mut flow, state)) = found else {
+        return Ok(None);
+    };
+    if FlowState::parse(&state).is_none() || flow.id != id {
+        return Err(StoreError::Corrupt(format!(
+            "flow {id_text}: state {state:?}"
+        )));
+    }
+    flow.steps = conn
+        .prepare_cached(&tables.render_static(STEPS))
+        .and_then(|mut stmt| {
+            stmt.query_map([&id_text], |r| {
+                Ok(StepRow {
+                    idx: r.get(0)?,
+                    name: r.get(1)?,
+                    state: r.get(2)?,
+                    output: r.get(3)?,
+                    attempts: r.get(4)?,
+                    downstream_key: r.get(5)?,
+                })
+            })?
+            .collect()
+        })
+        .map_err(sqlite_error)?;
+    Ok(Some(flow))
+}
+
+impl SqliteJournal<'_> {
+    fn exec(&self, sql: &'static str, args: impl rusqlite::Params) -> Result<usize, StoreError> {
+        self.conn
+            .prepare_cached(&self.tables.render_static(sql))
+            .and_then(|mut stmt| stmt.execute(args))
+            .map_err(sqlite_error)
+    }
+}
+
+impl Journal for SqliteJournal<'_> {
+    fn insert_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let sql = format!(
+            "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, position, input, \
+             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW}, {NOW})"
+        );
+        ready(
+            self.conn
+                .prepare_cached(&self.tables.render(&sql))
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        row.id.to_string(),
+                        row.scope,
+                        row.operation,
+                        row.key,
+                        row.flow,
+                        row.state.as_str(),
+                        row.position,
+                        row.input
+                    ])
+                })
+                .map(drop)
+                .map_err(sqlite_error),
+        )
+    }
+
+    fn lock_flow(
+        &self,
+        id: Uuid,
+    ) -> impl Future<Output = Result<Option<FlowRow>, StoreError>> + Send {
+        ready(load(self.conn, self.tables, id))
+    }
+
+    fn settle(
+        &self,
+        message: &OutboxMessage,
+        sent_key: Option<&str>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let sql = format!(
+            "UPDATE outbox SET status = 'delivered', result = 'recorded', downstream_key = ?3, \
+             settled_at = {NOW}, lease = NULL, lease_until = NULL \
+             WHERE id = ?1 AND lease = ?2 AND status = 'pending'"
+        );
+        ready(
+            self.conn
+                .prepare_cached(&self.tables.render(&sql))
+                .and_then(|mut stmt| {
+                    stmt.execute(params![message.id, message.lease.to_string(), sent_key])
+                })
+                .map(|n| n == 1)
+                .map_err(sqlite_error),
+        )
+    }
+
+    fn insert_step(
+        &self,
+        flow: Uuid,
+        step: &StepRow,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let sql = format!(
+            "INSERT INTO idemkey_steps (flow_id, idx, name, state, output, attempts, \
+             downstream_key, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, {NOW})"
+        );
+        ready(
+            self.conn
+                .prepare_cached(&self.tables.render(&sql))
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        flow.to_string(),
+                        step.idx,
+                        step.name,
+                        step.state,
+                        step.output,
+                        step.attempts,
+                        step.downstream_key
+                    ])
+                })
+                .map(drop)
+                .map_err(sqlite_error),
+        )
+    }
+
+    fn compensated(
+        &self,
+        flow: Uuid,
+        idx: i32,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        ready(
+            self.exec(COMPENSATED, params![flow.to_string(), idx])
+                .map(|n| n == 1),
+        )
+    }
+
+    fn update_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let status = row.response.as_ref().map(|r| i64::from(r.status));
+        let headers = row.response.as_ref().map(StoredResponse::headers_json);
+        let body = row.response.as_ref().and_then(|r| r.body.as_deref());
+        ready(
+            self.exec(
+                UPDATE_FLOW,
+                params![
+                    row.id.to_string(),
+                    row.state.as_str(),
+                    row.position,
+                    row.failed_step,
+                    row.error,
+                    status,
+                    headers,
+                    body
+                ],
+            )
+            .map(drop),
+        )
+    }
+
+    fn enqueue(
+        &self,
+        row: &FlowRow,
+        payload: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let sql = format!(
+            "INSERT INTO outbox (scope, operation, key, effect, resource_id, payload, \
+             available_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, {NOW}, {NOW})"
+        );
+        ready(
+            self.conn
+                .prepare_cached(&self.tables.render(&sql))
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        row.scope,
+                        row.operation,
+                        row.key,
+                        STEP_EFFECT,
+                        row.id.to_string(),
+                        payload
+                    ])
+                })
+                .map(drop)
+                .map_err(sqlite_error),
+        )
+    }
+
+    fn finish_record(
+        &self,
+        row: &FlowRow,
+        response: &StoredResponse,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        ready(
+            self.exec(
+                FINISH_RECORD,
+                params![
+                    row.scope,
+                    row.operation,
+                    row.key,
+                    i64::from(response.status),
+                    response.headers_json(),
+                    response.body.as_deref(),
+                    row.id.to_string()
+                ],
+            )
+            .map(drop),
+        )
+    }
+
+    fn run_local(
+        &self,
+        local: &Local,
+        undo: bool,
+        ctx: StepContext,
+    ) -> impl Future<Output = Result<Value, StepError>> + Send {
+        let f = if undo {
+            local.sqlite_undo.as_ref()
+        } else {
+            local.sqlite.as_ref()
+        };
+        ready(match f {
+            Some(f) => f(self.conn, ctx),
+            None if undo => Ok(Value::Null),
+            None => Err(StepError::Refused(format!(
+                "step {} has no SQLite function",
+                ctx.step
+            ))),
+        })
+    }
+}
+
+impl SqliteDb {
+    pub(crate) async fn flow_load(&self, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+        let tables = self.tables().clone();
+        self.with_reader(move |conn| load(conn, &tables, id)).await
+    }
+
+    pub(crate) async fn flow_find(
+        &self,
+        scope: &str,
+        operation: &str,
+        key: &str,
+    ) -> Result<Option<Uuid>, StoreError> {
+        let tables = self.tables().clone();
+        let args = (scope.to_owned(), operation.to_owned(), key.to_owned());
+        self.with_reader(move |conn| {
+            let id: Option<String> = conn
+                .prepare_cached(&tables.render_static(FIND))
+                .and_then(|mut stmt| {
+                    stmt.query_row(params![args.0, args.1, args.2], |r| r.get(0))
+                        .optional()
+                })
+                .map_err(sqlite_error)?;
+            Ok(id.and_then(|id| Uuid::try_parse(&id).ok()))
+        })
+        .await
+    }
+
+    pub(crate) async fn flow_next(
+        &self,
+        scope: &str,
+        id: Uuid,
+    ) -> Result<Option<NextMessage>, StoreError> {
+        let tables = self.tables().clone();
+        let scope = scope.to_owned();
+        self.with_reader(move |conn| {
+            conn.prepare_cached(&tables.render_static(NEXT))
+                .and_then(|mut stmt| {
+                    stmt.query_row(params![scope, id.to_string()], |r| {
+                        Ok(NextMessage {
+                            status: r.get(0)?,
+                            attempts: r.get(1)?,
+                            last_error: r.get(2)?,
+                        })
+                    })
+                    .optional()
+                })
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    pub(crate) async fn flow_resume(&self, scope: &str, id: Uuid) -> Result<u64, StoreError> {
+        let tables = self.tables().clone();
+        let scope = scope.to_owned();
+        self.with_conn(move |conn| {
+            conn.prepare_cached(&tables.render_static(RESUME))
+                .and_then(|mut stmt| stmt.execute(params![scope, id.to_string()]))
+                .map(|n| n as u64)
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+}
