@@ -1,0 +1,445 @@
+//! Operations of several steps on both SQL stores: one key, a local step
+//! (stock in the same database), two external ones (a downstream that
+//! deduplicates by key, as a provider does), retries that resume, lost
+//! answers looked up, a declined step undone, and a stale worker fenced
+//! out.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use idemkey::Db;
+use idemkey::flow::{Attempt, External, Flow, FlowSettings, Flows, Local, StepContext, StepError};
+use idemkey::idempotency::{RecordKey, Scope};
+use idemkey::in_transaction::{Options, Outcome};
+use idemkey::outbox::{Worker, WorkerSettings};
+use idemkey::store::StoreSettings;
+use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
+use idemkey_testkit::PgCluster;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+const OPERATION: OperationId = OperationId::from_static("POST /purchases:v1");
+
+/// A downstream that deduplicates by `Idempotency-Key` (as a payment
+/// provider does): it applies an effect once per key, can lose its next
+/// answer after applying, refuse for good, or hold its next call.
+#[derive(Default)]
+struct Downstream {
+    applied: Mutex<HashMap<String, (String, Value)>>,
+    calls: AtomicUsize,
+    lose_next: AtomicBool,
+    refuse: Mutex<Option<&'static str>>,
+    hold: Mutex<Option<Arc<Notify>>>,
+}
+
+impl Downstream {
+    /// Effects applied for `step` (keys seen at most once by construction:
+    /// a second application under one key is what must never happen,
+    /// counted by `calls` against distinct keys).
+    fn applied(&self, step: &str) -> usize {
+        self.applied
+            .lock()
+            .values()
+            .filter(|(s, _)| s == step)
+            .count()
+    }
+
+    async fn call(self: Arc<Self>, ctx: StepContext) -> Attempt {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let gate = self.hold.lock().take();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
+        let key = ctx.downstream_key().to_string();
+        let name = format!("{}:{:?}", ctx.step, ctx.action);
+        if ctx.maybe_sent
+            && let Some((_, found)) = self.applied.lock().get(&key).cloned()
+        {
+            return Attempt::Done(found);
+        }
+        if *self.refuse.lock() == Some(ctx.step) {
+            return Attempt::Refused("declined".into());
+        }
+        let output = {
+            let mut applied = self.applied.lock();
+            let n = applied.len();
+            applied
+                .entry(key)
+                .or_insert_with(|| (name, json!({ "id": format!("{}-{n}", ctx.step) })))
+                .1
+                .clone()
+        };
+        if self.lose_next.swap(false, Ordering::SeqCst) {
+            return Attempt::Uncertain("the answer was lost".into());
+        }
+        Attempt::Done(output)
+    }
+}
+
+struct Env {
+    db: Db,
+    flows: Flows,
+    worker: Worker,
+    down: Arc<Downstream>,
+    _keep: Option<idemkey_testkit::Database>,
+}
+
+fn purchase(down: &Arc<Downstream>) -> Flow {
+    let charge = Arc::clone(down);
+    let refund = Arc::clone(down);
+    let confirm = Arc::clone(down);
+    let reserve = Local::new()
+        .postgres(|tx, ctx| {
+            Box::pin(async move {
+                let sku = ctx.input["sku"].as_str().unwrap_or_default().to_owned();
+                let n = tx
+                    .execute(
+                        "UPDATE stock SET available = available - 1 WHERE sku = $1 AND available > 0",
+                        &[&sku],
+                    )
+                    .await
+                    .map_err(|e| StepError::Retry(e.to_string()))?;
+                if n == 0 {
+                    return Err(StepError::Refused("out of stock".into()));
+                }
+                Ok(json!({ "sku": sku }))
+            })
+        })
+        .postgres_undo(|tx, ctx| {
+            Box::pin(async move {
+                let sku = ctx.input["sku"].as_str().unwrap_or_default().to_owned();
+                tx.execute(
+                    "UPDATE stock SET available = available + 1 WHERE sku = $1",
+                    &[&sku],
+                )
+                .await
+                .map_err(|e| StepError::Retry(e.to_string()))?;
+                Ok(Value::Null)
+            })
+        })
+        .sqlite(|conn, ctx| {
+            let sku = ctx.input["sku"].as_str().unwrap_or_default();
+            let n = conn
+                .execute(
+                    "UPDATE stock SET available = available - 1 WHERE sku = ?1 AND available > 0",
+                    [sku],
+                )
+                .map_err(|e| StepError::Retry(e.to_string()))?;
+            if n == 0 {
+                return Err(StepError::Refused("out of stock".into()));
+            }
+            Ok(json!({ "sku": sku }))
+        })
+        .sqlite_undo(|conn, ctx| {
+            let sku = ctx.input["sku"].as_str().unwrap_or_default();
+            conn.execute(
+                "UPDATE stock SET available = available + 1 WHERE sku = ?1",
+                [sku],
+            )
+            .map_err(|e| StepError::Retry(e.to_string()))?;
+            Ok(Value::Null)
+        });
+    Flow::new("purchase")
+        .local("reserve", reserve)
+        .external(
+            "charge",
+            External::new(move |ctx| Arc::clone(&charge).call(ctx))
+                .undo(move |ctx| Arc::clone(&refund).call(ctx)),
+        )
+        .external(
+            "confirm",
+            External::new(move |ctx| Arc::clone(&confirm).call(ctx)),
+        )
+}
+
+fn settings() -> FlowSettings {
+    FlowSettings {
+        wait: Duration::ZERO,
+        call_timeout: Duration::from_secs(5),
+        location_prefix: "/purchases/".into(),
+    }
+}
+
+fn worker_settings(lease: Duration) -> WorkerSettings {
+    WorkerSettings {
+        batch: 8,
+        lease,
+        idle_poll: Duration::from_millis(10),
+        retry: RetryPolicy {
+            base_ms: 5,
+            cap_ms: 20,
+            max_attempts: 8,
+        },
+    }
+}
+
+async fn env(backend: &str) -> Env {
+    let (url, keep) = if backend == "postgres" {
+        let database = PgCluster::shared()
+            .expect("postgres")
+            .fresh_database()
+            .expect("database");
+        (database.url.clone(), Some(database))
+    } else {
+        let path = std::env::temp_dir().join(format!("idemkey-flow-{}.db", uuid::Uuid::new_v4()));
+        (format!("sqlite://{}", path.display()), None)
+    };
+    let db = Db::open(&url, &StoreSettings::default())
+        .await
+        .expect("open");
+    create_stock(&db).await;
+    let down = Arc::new(Downstream::default());
+    let flows = Flows::new(db.clone(), vec![purchase(&down)], settings()).expect("flows");
+    let worker = flows.attach(Worker::new(
+        db.clone(),
+        worker_settings(Duration::from_secs(30)),
+    ));
+    Env {
+        db,
+        flows,
+        worker,
+        down,
+        _keep: keep,
+    }
+}
+
+async fn create_stock(db: &Db) {
+    match db {
+        Db::Postgres(pg) => {
+            let client = pg.client().await.expect("client");
+            client
+                .batch_execute(
+                    "CREATE TABLE stock (sku text PRIMARY KEY, available int NOT NULL);
+                     INSERT INTO stock VALUES ('tea', 2), ('none', 0);",
+                )
+                .await
+                .expect("stock");
+        }
+        Db::Sqlite(lite) => {
+            lite.with_conn(|conn| {
+                conn.execute_batch(
+                    "CREATE TABLE stock (sku TEXT PRIMARY KEY, available INTEGER NOT NULL);
+                     INSERT INTO stock VALUES ('tea', 2), ('none', 0);",
+                )
+                .map_err(idemkey::store::sqlite::sqlite_error)
+            })
+            .await
+            .expect("stock");
+        }
+        _ => unreachable!("SQL stores only"),
+    }
+}
+
+async fn stock(db: &Db, sku: &str) -> i64 {
+    let sku = sku.to_owned();
+    match db {
+        Db::Postgres(pg) => {
+            let client = pg.client().await.expect("client");
+            let n: i32 = client
+                .query_one("SELECT available FROM stock WHERE sku = $1", &[&sku])
+                .await
+                .expect("stock")
+                .get(0);
+            i64::from(n)
+        }
+        Db::Sqlite(lite) => lite
+            .with_conn(move |conn| {
+                conn.query_row("SELECT available FROM stock WHERE sku = ?1", [sku], |r| {
+                    r.get(0)
+                })
+                .map_err(idemkey::store::sqlite::sqlite_error)
+            })
+            .await
+            .expect("stock"),
+        _ => unreachable!(),
+    }
+}
+
+fn key(text: &str) -> RecordKey {
+    RecordKey {
+        scope: Scope::new("acct-1").expect("scope"),
+        operation: OPERATION,
+        key: IdempotencyKey::parse(text.as_bytes(), KeyProfile::Lenient).expect("key"),
+    }
+}
+
+async fn send(env: &Env, k: &str, input: &Value) -> Outcome {
+    let fingerprint = Fingerprint::of_json(&OPERATION, &input.to_string()).expect("json");
+    env.flows
+        .start(
+            "purchase",
+            &key(k),
+            fingerprint,
+            input,
+            &Options::new(Duration::from_secs(3600)),
+        )
+        .await
+        .expect("start")
+}
+
+/// Runs the worker until nothing is due for a while.
+async fn drain(worker: &Worker) {
+    let mut idle = 0;
+    while idle < 5 {
+        match worker.run_once().await.expect("worker") {
+            0 => {
+                idle += 1;
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            _ => idle = 0,
+        }
+    }
+}
+
+fn body(outcome: &Outcome) -> (u16, Value) {
+    let response = match outcome {
+        Outcome::Executed(r) | Outcome::Replayed(r) | Outcome::NotStored(r) => r,
+        Outcome::Rejected(problem) => return (problem.status(), Value::Null),
+    };
+    let json = response
+        .body
+        .as_deref()
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or(Value::Null);
+    (response.status, json)
+}
+
+async fn happy_path(backend: &str) {
+    let env = env(backend).await;
+    let input = json!({ "sku": "tea" });
+    let first = send(&env, "k-1", &input).await;
+    assert!(matches!(first, Outcome::Executed(_)), "{first:?}");
+    let (status, doc) = body(&first);
+    assert_eq!(status, 202, "{doc}");
+    assert_eq!(doc["code"], "operation-in-progress");
+    assert_eq!(doc["step"], "charge");
+    assert_eq!(doc["steps"][0]["state"], "done");
+    assert_eq!(doc["steps"][1]["state"], "pending");
+    assert_eq!(
+        stock(&env.db, "tea").await,
+        1,
+        "the reservation committed with the key"
+    );
+    // A retry before the worker ran: the same state, nothing run twice.
+    let (status, again) = body(&send(&env, "k-1", &input).await);
+    assert_eq!((status, &again["id"]), (202, &doc["id"]));
+    drain(&env.worker).await;
+    let done = send(&env, "k-1", &input).await;
+    assert!(matches!(done, Outcome::Replayed(_)), "{done:?}");
+    let (status, result) = body(&done);
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["outputs"]["reserve"]["sku"], "tea");
+    assert!(result["outputs"]["charge"]["id"].is_string(), "{result}");
+    assert_eq!(
+        (
+            env.down.applied("charge:Run"),
+            env.down.applied("confirm:Run")
+        ),
+        (1, 1)
+    );
+    assert_eq!(stock(&env.db, "tea").await, 1);
+    // The poll answers the final response too; another scope sees nothing.
+    let id = uuid::Uuid::parse_str(doc["id"].as_str().unwrap()).unwrap();
+    let view = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    assert_eq!(view.response.status, 200);
+    assert!(env.flows.poll("acct-2", id).await.unwrap().is_none());
+    // Another payload under the key: 422, nothing runs.
+    let (status, _) = body(&send(&env, "k-1", &json!({ "sku": "none" })).await);
+    assert_eq!(status, 422);
+}
+
+async fn lost_answer_is_looked_up(backend: &str) {
+    let env = env(backend).await;
+    env.down.lose_next.store(true, Ordering::SeqCst);
+    let input = json!({ "sku": "tea" });
+    send(&env, "k-2", &input).await;
+    drain(&env.worker).await;
+    let (status, result) = body(&send(&env, "k-2", &input).await);
+    assert_eq!(status, 200, "{result}");
+    // The charge's answer was lost once: sent twice, applied once.
+    assert_eq!(env.down.applied("charge:Run"), 1);
+    assert!(env.down.calls.load(Ordering::SeqCst) >= 3);
+}
+
+async fn decline_undoes_the_reservation(backend: &str) {
+    let env = env(backend).await;
+    *env.down.refuse.lock() = Some("charge");
+    let input = json!({ "sku": "tea" });
+    send(&env, "k-3", &input).await;
+    assert_eq!(stock(&env.db, "tea").await, 1);
+    drain(&env.worker).await;
+    let (status, result) = body(&send(&env, "k-3", &input).await);
+    assert_eq!(status, 409, "{result}");
+    assert_eq!(result["failed_step"], "charge");
+    assert_eq!(
+        stock(&env.db, "tea").await,
+        2,
+        "the reservation was undone once"
+    );
+    assert_eq!(env.down.applied("confirm:Run"), 0);
+    // Out of stock in the first transaction: failed at once, nothing queued.
+    let (status, result) = body(&send(&env, "k-4", &json!({ "sku": "none" })).await);
+    assert_eq!((status, &result["failed_step"]), (409, &json!("reserve")));
+    assert_eq!(env.db.outbox_stats().await.unwrap().pending, 0);
+}
+
+async fn a_stale_worker_is_fenced_out(backend: &str) {
+    let env = env(backend).await;
+    let gate = Arc::new(Notify::new());
+    *env.down.hold.lock() = Some(Arc::clone(&gate));
+    let input = json!({ "sku": "tea" });
+    send(&env, "k-5", &input).await;
+    // Worker A claims the charge for 200 ms and hangs in the call.
+    let metrics = Arc::new(idemkey::outbox::OutboxMetrics::default());
+    let stale = env
+        .flows
+        .attach(Worker::new(
+            env.db.clone(),
+            worker_settings(Duration::from_millis(200)),
+        ))
+        .with_metrics(Arc::clone(&metrics));
+    let a = tokio::spawn(async move { stale.run_once().await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Its lease ended: worker B takes the step over and finishes.
+    drain(&env.worker).await;
+    let (status, _) = body(&send(&env, "k-5", &input).await);
+    assert_eq!(status, 200);
+    // A wakes up and tries to record: fenced, nothing recorded twice.
+    gate.notify_one();
+    a.await.expect("join").expect("worker A");
+    assert!(
+        metrics
+            .snapshot()
+            .iter()
+            .any(|(_, outcome, n)| *outcome == "lease-lost" && *n == 1),
+        "{:?}",
+        metrics.snapshot()
+    );
+    assert_eq!(env.down.applied("charge:Run"), 1);
+    assert_eq!(stock(&env.db, "tea").await, 1);
+    let (status, _) = body(&send(&env, "k-5", &input).await);
+    assert_eq!(status, 200);
+}
+
+macro_rules! both {
+    ($($name:ident),+) => {
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name("sqlite").await })+
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name("postgres").await })+
+        }
+    };
+}
+
+both!(
+    happy_path,
+    lost_answer_is_looked_up,
+    decline_undoes_the_reservation,
+    a_stale_worker_is_fenced_out
+);
