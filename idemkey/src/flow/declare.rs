@@ -102,13 +102,15 @@ pub enum Attempt {
 }
 
 /// What a local step's function failed with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StepError {
     /// Refused for good (out of stock): the operation fails and the steps
     /// before are compensated; nothing of this step is kept.
+    #[error("refused: {0}")]
     Refused(String),
     /// A temporary failure: the transaction rolls back and the step runs
     /// again later (a retry of the key, or the worker).
+    #[error("temporary failure: {0}")]
     Retry(String),
 }
 

@@ -114,6 +114,16 @@ impl Flows {
         })
     }
 
+    /// Shares `wake` with an outbox worker built elsewhere (another
+    /// [`Flows`] of the same declarations attached to it, or its own
+    /// [`Worker::with_waker`]): starting or resuming an execution here wakes
+    /// that worker.
+    #[must_use]
+    pub fn with_waker(mut self, wake: Arc<Notify>) -> Self {
+        self.wake = wake;
+        self
+    }
+
     /// `worker` with the steps of these flows to run: it claims their
     /// messages with the others, and wakes as soon as an execution is
     /// started or resumed in this process.

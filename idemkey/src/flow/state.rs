@@ -243,7 +243,7 @@ impl StateDocument {
 
 /// The default final response of a failed operation: `409` with code
 /// `operation-failed`, naming the step and its reason.
-pub(crate) fn failed_problem(ctx: &StepContext) -> StoredResponse {
+pub fn failed_problem(ctx: &StepContext) -> StoredResponse {
     let (step, reason) = ctx
         .failure
         .as_ref()
