@@ -209,6 +209,8 @@ run_tests() {
     # The outbox example asserts its own walk-through (one mail for a lost
     # answer); it runs as a library user would run it.
     cargo run -q -p idemkey-server --example outbox || rc=$?
+    # The library's three-step flow asserts each step ran once.
+    cargo run -q -p idemkey --features flow,sqlite --example flow || rc=$?
     return "$rc"
 }
 
