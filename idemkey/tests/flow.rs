@@ -33,6 +33,7 @@ struct Downstream {
     lose_next: AtomicBool,
     refuse: Mutex<Option<&'static str>>,
     hold: Mutex<Option<Arc<Notify>>>,
+    down: AtomicBool,
 }
 
 impl Downstream {
@@ -52,6 +53,12 @@ impl Downstream {
         let gate = self.hold.lock().take();
         if let Some(gate) = gate {
             gate.notified().await;
+        }
+        if self.down.load(Ordering::SeqCst) {
+            return Attempt::Retry {
+                after: None,
+                reason: "503".into(),
+            };
         }
         let key = ctx.downstream_key().to_string();
         let name = format!("{}:{:?}", ctx.step, ctx.action);
@@ -386,6 +393,25 @@ async fn decline_undoes_the_reservation(backend: &str) {
     assert_eq!(env.db.outbox_stats().await.unwrap().pending, 0);
 }
 
+async fn a_late_refusal_undoes_every_step_before_it_in_reverse(backend: &str) {
+    let env = env(backend).await;
+    *env.down.refuse.lock() = Some("confirm");
+    let input = json!({ "sku": "tea" });
+    send(&env, "k-7", &input).await;
+    drain(&env.worker).await;
+    let (status, result) = body(&send(&env, "k-7", &input).await);
+    assert_eq!((status, &result["failed_step"]), (409, &json!("confirm")));
+    // The charge was refunded under its own compensation key, once; the
+    // reservation given back, once.
+    assert_eq!(env.down.applied("charge:Run"), 1);
+    assert_eq!(env.down.applied("charge:Compensate"), 1);
+    assert_eq!(stock(&env.db, "tea").await, 2);
+    let id = uuid::Uuid::parse_str(result["id"].as_str().unwrap()).unwrap();
+    let view = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    let states: Vec<&str> = view.row.steps.iter().map(|s| s.state.as_str()).collect();
+    assert_eq!(states, ["compensated", "compensated", "failed"]);
+}
+
 async fn a_stale_worker_is_fenced_out(backend: &str) {
     let env = env(backend).await;
     let gate = Arc::new(Notify::new());
@@ -424,6 +450,36 @@ async fn a_stale_worker_is_fenced_out(backend: &str) {
     assert_eq!(status, 200);
 }
 
+async fn a_dead_step_is_listed_and_retried_like_the_outbox(backend: &str) {
+    let env = env(backend).await;
+    env.down.down.store(true, Ordering::SeqCst);
+    let input = json!({ "sku": "tea" });
+    let (_, doc) = body(&send(&env, "k-6", &input).await);
+    // 8 attempts with 5-20 ms backoffs, then a dead letter.
+    drain(&env.worker).await;
+    let dead = env.db.outbox_list(Some("dead"), 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].effect, "flow-step");
+    assert_eq!(dead[0].resource_id.as_deref(), doc["id"].as_str());
+    let (status, stalled) = body(&send(&env, "k-6", &input).await);
+    assert_eq!(
+        (status, &stalled["steps"][1]["state"]),
+        (202, &json!("dead"))
+    );
+    // The provider is back; the operator retries the dead letter.
+    env.down.down.store(false, Ordering::SeqCst);
+    let requeued = env
+        .db
+        .outbox_retry(None, Duration::from_secs(86_400), false)
+        .await
+        .unwrap();
+    assert_eq!(requeued.requeued, 1);
+    drain(&env.worker).await;
+    let (status, _) = body(&send(&env, "k-6", &input).await);
+    assert_eq!(status, 200);
+    assert_eq!(env.down.applied("charge:Run"), 1);
+}
+
 macro_rules! both {
     ($($name:ident),+) => {
         mod sqlite {
@@ -441,5 +497,7 @@ both!(
     happy_path,
     lost_answer_is_looked_up,
     decline_undoes_the_reservation,
-    a_stale_worker_is_fenced_out
+    a_stale_worker_is_fenced_out,
+    a_late_refusal_undoes_every_step_before_it_in_reverse,
+    a_dead_step_is_listed_and_retried_like_the_outbox
 );
