@@ -69,8 +69,8 @@ pub use key::{IdempotencyKey, KeyError, KeyProfile, MAX_KEY_LEN, UnknownProfile}
 pub use lookup::LookupState;
 pub use operation::{InvalidOperation, MAX_OPERATION_LEN, OperationId};
 pub use order::{
-    MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, QUANTITY_RANGE, REFERENCE_MAX_LEN,
-    REFERENCE_PATTERN, SKU_MAX_LEN, SKU_PATTERN,
+    MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, PURCHASE_OPERATION, QUANTITY_RANGE,
+    REFERENCE_MAX_LEN, REFERENCE_PATTERN, SKU_MAX_LEN, SKU_PATTERN,
 };
 pub use problem::{
     FieldError, PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_PREFIX, ParsedProblem, Problem, ProblemCode,

@@ -1,5 +1,6 @@
 //! The reference operation, `POST /orders:v1`: its payload, validation and
-//! fingerprint, shared by the server, the edge and the browser.
+//! fingerprint, shared by the server, the edge and the browser; and the
+//! purchase, `POST /purchases:v1`, which takes the same body.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -10,6 +11,16 @@ use crate::problem::{FieldError, Problem, ProblemCode};
 
 /// The operation id of order creation.
 pub const ORDER_OPERATION: OperationId = OperationId::from_static("POST /orders:v1");
+
+/// The operation id of a purchase (`POST /purchases`: reserve stock, charge,
+/// confirm), whose body is exactly a [`NewOrder`].
+///
+/// A separate operation, not [`ORDER_OPERATION`]: a purchase and an order
+/// sent under the same key are different operations, so their key records
+/// never collide (the operation is part of every key record and of the
+/// fingerprint), and the same body fingerprints differently under each
+/// ([`NewOrder::fingerprint_for`]).
+pub const PURCHASE_OPERATION: OperationId = OperationId::from_static("POST /purchases:v1");
 
 /// Largest order body accepted, in bytes (8 KiB).
 pub const MAX_ORDER_BODY_BYTES: usize = 8 * 1024;
@@ -198,15 +209,32 @@ impl NewOrder {
 
     /// The fingerprint of this order under [`ORDER_OPERATION`]: of the
     /// validated members, so `reference` counts only when it was sent (an
-    /// order without one keeps the fingerprint it always had).
+    /// order without one keeps the fingerprint it always had). The same as
+    /// [`NewOrder::fingerprint_for`]`(&ORDER_OPERATION)`.
     pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint_for(&ORDER_OPERATION)
+    }
+
+    /// The fingerprint of this body under `operation` (such as
+    /// [`PURCHASE_OPERATION`], whose body is a `NewOrder`): of the validated
+    /// members, `reference` only when it was sent, as in
+    /// [`NewOrder::fingerprint`]. The same body under two operations has two
+    /// fingerprints.
+    ///
+    /// ```
+    /// use idemkey_core::{NewOrder, ORDER_OPERATION, PURCHASE_OPERATION};
+    /// let order = NewOrder::from_json(br#"{"sku":"LIBRO-TS","quantity":2}"#).unwrap();
+    /// assert_eq!(order.fingerprint_for(&ORDER_OPERATION), order.fingerprint());
+    /// assert_ne!(order.fingerprint_for(&PURCHASE_OPERATION), order.fingerprint());
+    /// ```
+    pub fn fingerprint_for(&self, operation: &OperationId) -> Fingerprint {
         let mut members = Map::new();
         members.insert("quantity".to_owned(), Value::from(self.quantity));
         members.insert("sku".to_owned(), Value::from(self.sku.as_str()));
         if let Some(reference) = &self.reference {
             members.insert("reference".to_owned(), Value::from(reference.as_str()));
         }
-        Fingerprint::of_value(&ORDER_OPERATION, &Value::Object(members))
+        Fingerprint::of_value(operation, &Value::Object(members))
     }
 }
 
@@ -298,6 +326,25 @@ mod tests {
             Fingerprint::of(&ORDER_OPERATION, &order).unwrap()
         );
         assert_ne!(order.fingerprint(), without);
+    }
+
+    #[test]
+    fn purchase_fingerprint_matches_generic_path_and_differs_from_the_order() {
+        for reference in [None, Some("PO-1001".to_owned())] {
+            let order = NewOrder {
+                sku: "LIBRO-TS".into(),
+                quantity: 2,
+                reference,
+            };
+            let purchase = order.fingerprint_for(&PURCHASE_OPERATION);
+            assert_eq!(
+                purchase,
+                Fingerprint::of(&PURCHASE_OPERATION, &order).unwrap()
+            );
+            assert_ne!(purchase, order.fingerprint());
+            assert_eq!(order.fingerprint_for(&ORDER_OPERATION), order.fingerprint());
+        }
+        assert_ne!(PURCHASE_OPERATION, ORDER_OPERATION);
     }
 
     #[test]

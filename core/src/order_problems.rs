@@ -1,6 +1,6 @@
 //! The problems of the order's business rules, beyond the shape of its
-//! body: an unknown sku, a purchase reference already used, and a charge
-//! the payment provider declined. Built here, like every problem, so the
+//! body: an unknown sku, a purchase reference already used, a charge the
+//! payment provider declined, and a purchase short of stock. Built here, like every problem, so the
 //! server, the provider and their tests never write these texts themselves.
 
 use uuid::Uuid;
@@ -50,6 +50,26 @@ impl Problem {
         Self::new(
             ProblemCode::PaymentDeclined,
             format!("The charge was declined: {reason}"),
+        )
+    }
+
+    /// 409 `out-of-stock`: a purchase (`POST /purchases`) could not reserve
+    /// enough of `sku`. Final: nothing was reserved or charged, and the
+    /// answer is stored under the key, so a resend with the same key replays
+    /// this 409; a client stops (`ProblemCode::is_final`). A later purchase
+    /// is a new operation with a new key.
+    ///
+    /// ```
+    /// let p = idemkey_core::Problem::out_of_stock("LIBRO-TS");
+    /// assert_eq!((p.status(), p.code().as_str()), (409, "out-of-stock"));
+    /// assert!(p.code().is_final());
+    /// ```
+    pub fn out_of_stock(sku: &str) -> Self {
+        Self::new(
+            ProblemCode::OutOfStock,
+            format!(
+                "There is not enough stock of {sku} for this purchase. Nothing was charged: the reservation was not made. Sending it again with the same Idempotency-Key gets this answer again; a new purchase needs a new key."
+            ),
         )
     }
 }

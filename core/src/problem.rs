@@ -62,11 +62,14 @@ pub enum ProblemCode {
     /// 402: the payment provider declined the charge; sending it again
     /// changes nothing.
     PaymentDeclined,
+    /// 409: a purchase could not reserve its stock; nothing was charged or
+    /// reserved. The answer is stored under the key: a resend replays it.
+    OutOfStock,
 }
 
 impl ProblemCode {
     /// Every code, in documentation order.
-    pub const ALL: [ProblemCode; 15] = [
+    pub const ALL: [ProblemCode; 16] = [
         Self::IdempotencyKeyMissing,
         Self::IdempotencyKeyInvalid,
         Self::IdempotencyKeyReused,
@@ -82,6 +85,7 @@ impl ProblemCode {
         Self::ServiceUnavailable,
         Self::OrderReferenceExists,
         Self::PaymentDeclined,
+        Self::OutOfStock,
     ];
 
     /// The stable kebab-case code, e.g. `idempotency-key-reused`.
@@ -102,15 +106,18 @@ impl ProblemCode {
             Self::ServiceUnavailable => "service-unavailable",
             Self::OrderReferenceExists => "order-reference-exists",
             Self::PaymentDeclined => "payment-declined",
+            Self::OutOfStock => "out-of-stock",
         }
     }
 
-    /// Whether a resend of the same request can never get another answer:
-    /// the request conflicts with the business's own state for good (an
-    /// order reference that exists), though its status (409) is one a
-    /// client otherwise retries. The retry policy stops on it.
+    /// Whether a resend of the same request can never get another answer
+    /// and nothing of it was applied: the request conflicts with the
+    /// business's own state for good (an order reference that exists; a
+    /// purchase that found too little stock, whose 409 the key replays),
+    /// though its status (409) is one a client otherwise retries. The retry
+    /// policy stops on it, even after an attempt whose answer was lost.
     pub const fn is_final(self) -> bool {
-        matches!(self, Self::OrderReferenceExists)
+        matches!(self, Self::OrderReferenceExists | Self::OutOfStock)
     }
 
     /// Parses a code string; `None` for an unknown code.
@@ -127,7 +134,9 @@ impl ProblemCode {
             Self::CrossSiteRequest => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
-            Self::IdempotencyRequestInProgress | Self::OrderReferenceExists => 409,
+            Self::IdempotencyRequestInProgress | Self::OrderReferenceExists | Self::OutOfStock => {
+                409
+            }
             Self::IdempotencyKeyExpired => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
@@ -157,6 +166,7 @@ impl ProblemCode {
             Self::ServiceUnavailable => "Service unavailable",
             Self::OrderReferenceExists => "An order with this reference exists",
             Self::PaymentDeclined => "Payment declined",
+            Self::OutOfStock => "Out of stock",
         }
     }
 

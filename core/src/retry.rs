@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | 2xx or 3xx | [`RetryStep::Done`] | [`RetryStep::Done`] |
 //! | network error, 408, 409, 425, 429, 500, 502, 503, 504 | [`RetryStep::Wait`] within the budget, then [`RetryStep::Reconcile`] | the same |
-//! | a problem code that proves nothing was stored and no resend changes ([`ProblemCode::is_final`], 409 `order-reference-exists`) | [`RetryStep::Stop`] | [`RetryStep::Stop`] |
+//! | a problem code that proves nothing was applied and no resend changes ([`ProblemCode::is_final`]: 409 `order-reference-exists`, 409 `out-of-stock`) | [`RetryStep::Stop`] | [`RetryStep::Stop`] |
 //! | 410 | [`RetryStep::Reconcile`] | [`RetryStep::Reconcile`] |
 //! | 401, 403 | [`RetryStep::HoldForAuth`] | [`RetryStep::HoldForAuth`] |
 //! | any other 4xx or 5xx (400, 404, 405, 413, 415, 422, 501, ...) | [`RetryStep::Stop`] | [`RetryStep::Reconcile`] |
@@ -24,8 +24,10 @@
 //! dropping its key) is how the user's next click becomes a second order. So
 //! 401/403 keep the operation for the same key after sign-in, and the others
 //! look it up. 422 `idempotency-key-reused` proves the key *has* a record.
-//! Only a code that says the server read the key, found nothing, and stored
-//! nothing ([`ProblemCode::is_final`]) still ends it. A 401/403 holds even a
+//! Only a code that says the server read the key and applied nothing, for
+//! good ([`ProblemCode::is_final`]: a reference that exists, nothing stored;
+//! a purchase out of stock, nothing reserved or charged, its 409 the key's
+//! final answer) still ends it. A 401/403 holds even a
 //! first attempt: the request needs credentials, not a change, and dropping
 //! it would lose the purchase (a service worker's saved token goes stale).
 //!
@@ -111,8 +113,9 @@ impl Earlier {
 impl AttemptOutcome {
     /// Whether the server may have applied the attempt: no answer, 2xx/3xx,
     /// any 5xx, 408, 410 (the key was used), or a 409 other than one whose
-    /// code proves nothing was stored (409 in progress: an attempt of this
-    /// key is running). Other 4xx refuse the attempt before it runs.
+    /// code proves nothing was applied ([`ProblemCode::is_final`]:
+    /// `order-reference-exists`, `out-of-stock`; 409 in progress: an attempt
+    /// of this key is running). Other 4xx refuse the attempt before it runs.
     pub fn may_have_applied(self) -> bool {
         match self {
             Self::NetworkError => true,
@@ -332,12 +335,18 @@ mod tests {
                 );
             }
         }
-        let exists = AttemptOutcome::Response {
-            status: 409,
-            retry_after_ms: None,
-            code: Some(ProblemCode::OrderReferenceExists),
-        };
-        assert_eq!(p.step_after(2, uncertain, exists, 0.5), RetryStep::Stop);
+        for code in [ProblemCode::OrderReferenceExists, ProblemCode::OutOfStock] {
+            let fin = AttemptOutcome::Response {
+                status: 409,
+                retry_after_ms: None,
+                code: Some(code),
+            };
+            assert_eq!(
+                p.step_after(1, Earlier::NotApplied, fin, 0.5),
+                RetryStep::Stop
+            );
+            assert_eq!(p.step_after(2, uncertain, fin, 0.5), RetryStep::Stop);
+        }
     }
 
     #[test]
@@ -348,12 +357,20 @@ mod tests {
         for status in [400, 401, 403, 404, 413, 415, 422, 425, 429] {
             assert!(!response(status).may_have_applied(), "{status}");
         }
-        let exists = AttemptOutcome::Response {
+        for code in [ProblemCode::OrderReferenceExists, ProblemCode::OutOfStock] {
+            let fin = AttemptOutcome::Response {
+                status: 409,
+                retry_after_ms: None,
+                code: Some(code),
+            };
+            assert!(!fin.may_have_applied(), "{code}");
+        }
+        let busy = AttemptOutcome::Response {
             status: 409,
             retry_after_ms: None,
-            code: Some(ProblemCode::OrderReferenceExists),
+            code: Some(ProblemCode::IdempotencyRequestInProgress),
         };
-        assert!(!exists.may_have_applied());
+        assert!(busy.may_have_applied());
         // Once uncertain, a later refusal does not make it certain again.
         assert_eq!(
             Earlier::MaybeApplied.after(response(404)),

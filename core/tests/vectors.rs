@@ -302,6 +302,7 @@ fn problem_vectors() {
                 Problem::order_reference_exists(str_of(entry, "order").parse().unwrap())
             }
             "payment_declined" => Problem::payment_declined(str_of(entry, "reason")),
+            "out_of_stock" => Problem::out_of_stock(str_of(entry, "sku")),
             other => panic!("unknown constructor {other}"),
         };
         assert_eq!(problem.to_json(), str_of(entry, "body"), "{name}");

@@ -440,7 +440,9 @@ def retry_cases():
             return True
         s = outcome["status"]
         if s == 409:
-            return outcome.get("code") != "order-reference-exists"
+            # A final code proves nothing was applied: a reference that exists (nothing stored),
+            # a purchase out of stock (nothing reserved or charged; the key replays its 409).
+            return outcome.get("code") not in ("order-reference-exists", "out-of-stock")
         if s in (408, 410):
             return True
         return not 400 <= s <= 499
@@ -469,6 +471,8 @@ def retry_cases():
          0.1, {"action": "wait", "delayMs": 1_000})
     case("409 order-reference-exists stops: no resend changes it", 1,
          resp(409, None, "order-reference-exists"), 0.5, {"action": "stop"})
+    case("409 out-of-stock stops: the key replays the same 409, nothing was charged", 1,
+         resp(409, None, "out-of-stock"), 0.5, {"action": "stop"})
     for status in (400, 404, 413, 415, 422, 501):
         case(f"{status} on a first attempt stops: the request must change", 1, resp(status), 0.5,
              {"action": "stop"})
@@ -489,6 +493,8 @@ def retry_cases():
              0.5, {"action": "reconcile"}, "maybeApplied")
     case("409 order-reference-exists after an uncertain attempt stops: nothing was stored", 2,
          resp(409, None, "order-reference-exists"), 0.5, {"action": "stop"}, "maybeApplied")
+    case("409 out-of-stock after an uncertain attempt stops: the purchase ended, nothing charged", 2,
+         resp(409, None, "out-of-stock"), 0.5, {"action": "stop"}, "maybeApplied")
     case("network error after an uncertain attempt waits as before", 2, net, 0.5,
          {"action": "wait", "delayMs": 250}, "maybeApplied")
     case("201 after an uncertain attempt is done", 3, resp(201), 0.5, {"action": "done"}, "maybeApplied")
@@ -547,6 +553,7 @@ TITLES = {
     "service-unavailable": (503, "Service unavailable"),
     "order-reference-exists": (409, "An order with this reference exists"),
     "payment-declined": (402, "Payment declined"),
+    "out-of-stock": (409, "Out of stock"),
 }
 
 
@@ -580,6 +587,7 @@ DETAILS = {
     "invalid_syntax": "The Idempotency-Key must be a structured-field string, e.g. \"8e03978e-40d5-43e8-bc93-6894a57f9324\".",
     "order_invalid": "The request body does not match the contract of POST /orders.",
     "reference_exists": "This account already has an order with this reference; its id is in the order member. Nothing was created: look that order up instead of sending the reference again.",
+    "out_of_stock": "There is not enough stock of {sku} for this purchase. Nothing was charged: the reservation was not made. Sending it again with the same Idempotency-Key gets this answer again; a new purchase needs a new key.",
 }
 
 EXISTING_ORDER = "3f2b8c1d-6e4a-4f0b-9c7d-2a1e5b8f9d03"
@@ -635,6 +643,9 @@ def problem_cases():
              "reason": "amounts of 402 cents are declined",
              "body": problem_body("payment-declined",
                                   "The charge was declined: amounts of 402 cents are declined"),
+             "headers": PLAIN},
+            {"name": "out of stock, naming the sku", "ctor": "out_of_stock", "sku": "LIBRO-TS",
+             "body": problem_body("out-of-stock", DETAILS["out_of_stock"].format(sku="LIBRO-TS")),
              "headers": PLAIN},
         ],
     }
@@ -757,8 +768,8 @@ MINIMUMS = {
     "lookups.json": {"cases": 12},
     "replay_headers.json": {"cases": 30},
     "http_fingerprints.json": {"cases": 36},
-    "retry.json": {"cases": 38},
-    "problems.json": {"codes": 15, "bodies": 12},
+    "retry.json": {"cases": 40},
+    "problems.json": {"codes": 16, "bodies": 13},
     "orders.json": {"cases": 25},
     "downstream_keys.json": {"cases": 14, "instance_cases": 7},
     "step_keys.json": {"cases": 10},

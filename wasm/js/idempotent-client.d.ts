@@ -74,7 +74,7 @@ export type OperationResult =
   /**
    * Ended by an answer that proves the request was not applied: a 4xx on an
    * operation that nothing earlier may have applied (400, 404, 413, 415,
-   * 422, ...), or 409 `order-reference-exists` at any time.
+   * 422, ...), or 409 `order-reference-exists` or `out-of-stock` at any time.
    */
   | { state: "stopped"; id: string; key: string; status: number; problem?: Problem }
   /**

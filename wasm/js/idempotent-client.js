@@ -559,7 +559,8 @@ export class IdempotentClient {
       return { outcome: { networkError: true } };
     }
     // The problem's code decides between "wait" and "stop" where the
-    // status alone cannot (409 in progress against 409 reference exists).
+    // status alone cannot (409 in progress against 409 reference exists or
+    // out of stock).
     let code = null;
     if ((response.headers.get("Content-Type") ?? "").startsWith("application/problem+json")) {
       try {
