@@ -51,7 +51,7 @@ run_against() {
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     base="http://127.0.0.1:$port"
     "$server_bin" serve --database-url "$database" --bind "127.0.0.1:$port" \
-        --key-profile "$profile" >"$work/server-$profile.log" 2>&1 &
+        --key-profile "$profile" --purchase-wait 0s >"$work/server-$profile.log" 2>&1 &
     server_pid=$!
     for _ in $(seq 100); do
         if python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \

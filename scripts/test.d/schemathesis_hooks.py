@@ -5,7 +5,8 @@ Two narrow exceptions to "schema-valid request rejected" (ST202), each
 dropping only that check's failure for a request shown, by the rule below,
 not to be valid; every other failure, of every check, still fails the run:
 
-1. A quantity written as a whole float (`4.0`): POST /orders refuses it
+1. A quantity written as a whole float (`4.0`): POST /orders (and
+   /purchases, the same body) refuses it
    with 400 request-invalid (the shared vectors in core/vectors/orders.json
    require it, and NewOrder's description says so), but JSON Schema counts
    4.0 as an integer, so no schema can rule it out.
@@ -38,7 +39,7 @@ def _whole_float_quantity(case, problem):
     quantity = body.get("quantity") if isinstance(body, dict) else None
     return (
         case.method.upper() == "POST"
-        and case.path == "/orders"
+        and case.path in ("/orders", "/purchases")
         and isinstance(quantity, float)
         and quantity.is_integer()
         and problem.get("code") == "request-invalid"

@@ -43,6 +43,7 @@ pub mod operator;
 pub mod outbox;
 pub mod payments;
 pub mod probe_cache;
+pub mod purchase;
 pub mod replay_cache;
 pub mod router;
 pub mod routes;

@@ -111,6 +111,7 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         demo_dir: args.demo.then(|| args.demo_dir.clone()),
         demo_token,
         body_read_timeout: args.body_read_timeout,
+        purchase_wait: args.purchase_wait,
         replay_cache: idemkey_server::replay_cache::ReplayCacheSettings {
             bytes: args.replay_cache_mib.saturating_mul(1024 * 1024),
             auth_ttl: args.auth_cache_ttl,

@@ -250,6 +250,9 @@ pub fn advice(code: ProblemCode) -> &'static str {
         ProblemCode::PaymentDeclined => {
             "The payment provider refused the charge for the reason in detail; sending the same charge again is refused again. The order's payment shows failed with that reason."
         }
+        ProblemCode::OutOfStock => {
+            "There was not enough stock for this purchase: nothing was reserved or charged. Sending it again with the same key replays this answer; a new purchase needs a new key."
+        }
         _ => "See /openapi.json.",
     }
 }

@@ -36,6 +36,9 @@ pub struct Settings {
     pub body_read_timeout: Duration,
     /// The bounds of the replay cache ([`replay_cache`]).
     pub replay_cache: replay_cache::ReplayCacheSettings,
+    /// How long a purchase's request waits for its steps to end before
+    /// answering `202` with its state.
+    pub purchase_wait: Duration,
 }
 
 impl Default for Settings {
@@ -50,6 +53,7 @@ impl Default for Settings {
             demo_token: None,
             body_read_timeout: problems::DEFAULT_BODY_READ_TIMEOUT,
             replay_cache: replay_cache::ReplayCacheSettings::default(),
+            purchase_wait: Duration::from_secs(2),
         }
     }
 }
@@ -85,6 +89,7 @@ struct Inner {
     outbox_metrics: Arc<OutboxMetrics>,
     outbox_wake: Arc<tokio::sync::Notify>,
     probes: probe_cache::Probes,
+    purchases: Option<idemkey::flow::Flows>,
 }
 
 impl AppState {
@@ -95,7 +100,17 @@ impl AppState {
             idemkey::metrics::FrontEnd::Orders,
             &idemkey_core::ORDER_OPERATION,
         );
+        metrics.register(
+            idemkey::metrics::FrontEnd::InTransaction,
+            &idemkey_core::PURCHASE_OPERATION,
+        );
         let replay_cache = replay_cache::ReplayCache::new(settings.replay_cache);
+        let outbox_wake: Arc<tokio::sync::Notify> = Arc::default();
+        // Without a provider here: this process starts purchases and
+        // answers polls; a worker with a provider runs their steps.
+        let purchases =
+            crate::purchase::flows(&db, None, settings.purchase_wait, Arc::clone(&outbox_wake))
+                .ok();
         Self {
             inner: Arc::new(Inner {
                 db,
@@ -103,8 +118,9 @@ impl AppState {
                 replay_cache,
                 catalogue: catalogue::Catalogue::default(),
                 outbox_metrics: Arc::default(),
-                outbox_wake: Arc::default(),
+                outbox_wake,
                 probes: probe_cache::Probes::default(),
+                purchases,
                 lose_next_response: AtomicBool::new(false),
                 metrics,
                 latency: prometheus_client::metrics::histogram::Histogram::new(LATENCY_BUCKETS),
@@ -142,6 +158,12 @@ impl AppState {
     /// The delivery counters of this process's outbox workers.
     pub fn outbox_metrics(&self) -> &Arc<OutboxMetrics> {
         &self.inner.outbox_metrics
+    }
+
+    /// The purchases (operations of several steps), when the store holds
+    /// them.
+    pub fn purchases(&self) -> Option<&idemkey::flow::Flows> {
+        self.inner.purchases.as_ref()
     }
 
     /// Notified when a new order commits, to wake this process's workers.

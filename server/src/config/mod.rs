@@ -172,6 +172,10 @@ pub struct ServeArgs {
     /// the request gets 400 request-invalid and its connection is closed.
     #[arg(long, env = "IDEMKEY_BODY_READ_TIMEOUT", default_value = "10s", value_parser = duration_at_most(MAX_WAIT))]
     pub body_read_timeout: Duration,
+    /// How long `POST /purchases` waits for a purchase's steps to end
+    /// before answering 202 with its state (0: at once).
+    #[arg(long, env = "IDEMKEY_PURCHASE_WAIT", default_value = "2s", value_parser = duration_at_most(MAX_WAIT))]
+    pub purchase_wait: Duration,
     /// How often the background task trims expired records.
     #[arg(long, env = "IDEMKEY_TRIM_INTERVAL", default_value = "60s", value_parser = duration_at_most(MAX_INTERVAL))]
     pub trim_interval: Duration,

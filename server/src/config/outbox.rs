@@ -133,10 +133,19 @@ impl OutboxArgs {
             ProviderClient::new(url, &token, self.payments_timeout)
                 .map_err(|e| format!("cannot reach the payment provider at {shown}: {e}"))?,
         );
-        let worker = Worker::new(db.store(), self.settings())
-            .handle(CHARGE, charge_delivery(client))
-            .with_metrics(Arc::clone(metrics))
-            .with_waker(Arc::clone(wake));
+        let purchases = crate::purchase::flows(
+            db,
+            Some(Arc::clone(&client)),
+            Duration::ZERO,
+            Arc::clone(wake),
+        )
+        .map_err(|e| format!("purchases: {e}"))?;
+        // The purchases' steps run beside the charges, woken by `wake`.
+        let worker = purchases.attach(
+            Worker::new(db.store(), self.settings())
+                .handle(CHARGE, charge_delivery(client))
+                .with_metrics(Arc::clone(metrics)),
+        );
         info!(workers = self.outbox_workers, provider = %shown, "outbox delivery started");
         Ok((0..self.outbox_workers)
             .map(|_| {

@@ -19,6 +19,7 @@ mod caller;
 pub mod legacy;
 mod order;
 mod postgres;
+pub(crate) mod reservation;
 mod sqlite;
 mod store;
 

@@ -35,22 +35,37 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://idemkey.db";
 /// The order service's migrations (one component, `orders`): its tables in
 /// their current shape. A database made by an earlier version already has
 /// them (adopted; see [`legacy`]).
-pub(crate) fn migrations(backend: &str) -> [Migration; 1] {
-    let sql = if backend == "postgres" {
-        include_str!("postgres/migrations/orders_0001.sql")
+pub(crate) fn migrations(backend: &str) -> [Migration; 2] {
+    let (sql, purchases) = if backend == "postgres" {
+        (
+            include_str!("postgres/migrations/orders_0001.sql"),
+            include_str!("postgres/migrations/orders_0002.sql"),
+        )
     } else {
-        include_str!("sqlite/migrations/orders_0001.sql")
+        (
+            include_str!("sqlite/migrations/orders_0001.sql"),
+            include_str!("sqlite/migrations/orders_0002.sql"),
+        )
     };
-    [Migration {
-        component: "orders",
-        version: 1,
-        name: "orders",
-        sql,
-        adopt: Some(Adopt {
-            table: "orders",
-            column: "reference",
-        }),
-    }]
+    [
+        Migration {
+            component: "orders",
+            version: 1,
+            name: "orders",
+            sql,
+            adopt: Some(Adopt {
+                table: "orders",
+                column: "reference",
+            }),
+        },
+        Migration {
+            component: "orders",
+            version: 2,
+            name: "purchases",
+            sql: purchases,
+            adopt: None,
+        },
+    ]
 }
 
 /// The order service's database.
@@ -165,6 +180,11 @@ impl Db {
         policy: &Policy,
     ) -> Result<Authed<OrderAttempt>, StoreError> {
         each_backend!(self, db => db.create_order(token, draft, policy).await)
+    }
+
+    /// The account a live token belongs to (one statement).
+    pub async fn account(&self, token: TokenHash) -> Result<Authed<super::AccountId>, StoreError> {
+        each_backend!(self, db => db.account(token).await)
     }
 
     /// The catalogue: every sku with its price.

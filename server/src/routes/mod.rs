@@ -12,10 +12,12 @@ use crate::AppState;
 use idemkey::problems::problem_response;
 
 mod authed;
+mod create;
 mod demo;
 mod demo_provider;
 mod operations;
 mod orders;
+mod purchases;
 
 pub use demo::{DemoAccounts, same_origin};
 pub use demo_provider::DemoProvider;
@@ -28,6 +30,8 @@ pub fn router(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/orders", post(orders::create).get(orders::list))
         .route("/orders/{id}", get(orders::show))
+        .route("/purchases", post(purchases::create))
+        .route("/purchases/{id}", get(purchases::show))
         .route("/operations/{key}", get(operations::show))
         .route("/healthz", get(idemkey::serve::healthz))
         .method_not_allowed_fallback(method_not_allowed);

@@ -6,14 +6,12 @@
 //! order and stores the response in one transaction, or answers from what
 //! the key holds (decided by [`idemkey::idempotency`]).
 
-use axum::body::to_bytes;
 use axum::extract::{Path, RawQuery, Request, State};
-use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idemkey_core::{
-    Fingerprint, HeadRules, IdempotencyKey, MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION,
-    Problem, ProblemCode, RequestHead, check_body_len, check_head,
+    Fingerprint, IdempotencyKey, MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, Problem,
+    ProblemCode,
 };
 use serde::Serialize;
 use std::time::Instant;
@@ -23,7 +21,7 @@ use uuid::Uuid;
 
 use super::authed::authed;
 use super::operations::lookup_path;
-use crate::auth::{bearer_hash, hash_token};
+use crate::auth::bearer_hash;
 use crate::db::{
     AccountId, Order, OrderAttempt, OrderDraft, Payment, PaymentState, Refusal, StoreError,
     TokenHash,
@@ -35,9 +33,7 @@ use idemkey::duration::rfc3339;
 use idemkey::idempotency::{self, Mode, Outcome, Policy, RecordKey, Source, StoredResponse};
 use idemkey::metrics::OutcomeLabel;
 use idemkey::problems::json_response;
-use idemkey::problems::{
-    ApiError, UNAVAILABLE_RETRY_AFTER_SECS, body_timeout_response, problem_response,
-};
+use idemkey::problems::{ApiError, UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
 use idemkey::request_log::LogNote;
 use idemkey::serve::ConnectionControl;
 
@@ -163,60 +159,13 @@ async fn create_order(
     state: &AppState,
     request: Request,
 ) -> Result<(&'static str, Response), ApiError> {
-    let (parts, body) = request.into_parts();
-    let settings = state.settings();
+    let checked = match super::create::read(state, request, MAX_ORDER_BODY_BYTES).await? {
+        super::create::Read::Ready(checked) => checked,
+        super::create::Read::Answered(label, response) => return Ok((label, response)),
+    };
+    let (token, parts, settings) = (checked.token, &checked.parts, state.settings());
     let headers = &parts.headers;
-    let lines =
-        |name| -> Vec<&[u8]> { headers.get_all(name).iter().map(|v| v.as_bytes()).collect() };
-    let (authorization, key_lines, content_type) = (
-        lines(axum::http::header::AUTHORIZATION.as_str()),
-        lines(idemkey_core::KEY_HEADER),
-        lines(CONTENT_TYPE.as_str()),
-    );
-    let content_length = match headers.get(CONTENT_LENGTH) {
-        None => None,
-        // A Content-Length hyper accepted is a number; anything else is
-        // left to the limit on the bytes actually read.
-        Some(v) => v.to_str().ok().and_then(|s| s.parse().ok()),
-    };
-    let head = RequestHead {
-        authorization: &authorization,
-        idempotency_key: &key_lines,
-        content_type: &content_type,
-        content_length,
-    };
-    let rules = HeadRules {
-        key_profile: settings.key_profile,
-        require_auth: true,
-        max_body_bytes: MAX_ORDER_BODY_BYTES,
-    };
-    let checked = check_head(&head, &rules)?;
-    let token = checked
-        .bearer
-        .map(hash_token)
-        .ok_or_else(Problem::unauthorized)?;
-
-    let read = to_bytes(body, MAX_ORDER_BODY_BYTES + 1);
-    let Ok(read) = tokio::time::timeout(settings.body_read_timeout, read).await else {
-        warn!("the request body did not arrive in time; closing the connection");
-        return Ok(("invalid", body_timeout_response()));
-    };
-    let bytes = match read {
-        Ok(bytes) => bytes,
-        Err(err) if idemkey::problems::is_length_limit(&err) => {
-            return Err(Problem::payload_too_large(MAX_ORDER_BODY_BYTES).into());
-        }
-        // The client stopped sending half-way; nobody may read this answer.
-        Err(_) => {
-            return Err(Problem::new(
-                ProblemCode::RequestInvalid,
-                "The request body could not be read.",
-            )
-            .into());
-        }
-    };
-    check_body_len(bytes.len() as u64, MAX_ORDER_BODY_BYTES)?;
-    let order = NewOrder::from_json(&bytes)?;
+    let order = NewOrder::from_json(&checked.body)?;
     let fingerprint = order.fingerprint();
     let fault = faults::requested(settings, headers);
     let policy = order_policy(settings);

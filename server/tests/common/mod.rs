@@ -479,6 +479,18 @@ impl Server {
             .body(body.to_owned())
     }
 
+    /// `POST /purchases` with a token, a key field value and a body.
+    pub async fn post_purchase(&self, token: &str, key: &str, body: &str) -> Reply {
+        let request = self
+            .client
+            .post(format!("{}/purchases", self.base))
+            .header("authorization", format!("Bearer {token}"))
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        Reply::from(request.send().await.expect("send")).await
+    }
+
     /// `POST /orders` with extra headers.
     pub async fn post_order_with(
         &self,

@@ -27,7 +27,26 @@ const START_DEMO: &str = include_str!("sql/start_demo.sql");
 /// once find or create the same demo accounts.
 const DEMO_LOCK: i64 = 0x6964_656d_6b65_7902; // "idemkey" + 2
 
+/// The account a live token belongs to.
+const ACCOUNT_OF_TOKEN: &str =
+    "SELECT account_id FROM api_tokens WHERE token_hash = $1::bytea AND revoked_at IS NULL";
+
 impl super::PgOrders {
+    pub(crate) async fn account(
+        &self,
+        token: TokenHash,
+    ) -> Result<crate::db::Authed<AccountId>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(ACCOUNT_OF_TOKEN, &[&&token.0[..]])
+            .await
+            .map_err(db_error)?;
+        Ok(match row {
+            Some(row) => crate::db::Authed::Ok(AccountId(row.try_get(0).map_err(db_error)?)),
+            None => crate::db::Authed::Unauthorized,
+        })
+    }
+
     pub(crate) async fn create_account(
         &self,
         name: &str,

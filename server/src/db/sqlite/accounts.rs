@@ -18,7 +18,28 @@ const REVOKE_TOKEN: &str = include_str!("sql/revoke_token.sql");
 const MARK_TOKEN_USED: &str = include_str!("sql/mark_token_used.sql");
 const START_DEMO: &str = include_str!("sql/start_demo.sql");
 
+/// The account a live token belongs to.
+const ACCOUNT_OF_TOKEN: &str =
+    "SELECT account_id FROM api_tokens WHERE token_hash = ?1 AND revoked_at IS NULL";
+
 impl super::SqliteOrders {
+    pub(crate) async fn account(
+        &self,
+        token: TokenHash,
+    ) -> Result<crate::db::Authed<AccountId>, StoreError> {
+        self.with_reader(move |conn| {
+            let id: Option<String> = conn
+                .prepare_cached(ACCOUNT_OF_TOKEN)
+                .and_then(|mut stmt| stmt.query_row([&token.0[..]], |r| r.get(0)).optional())
+                .map_err(sqlite_error)?;
+            Ok(match id {
+                Some(id) => crate::db::Authed::Ok(AccountId(uuid(&id)?)),
+                None => crate::db::Authed::Unauthorized,
+            })
+        })
+        .await
+    }
+
     pub(crate) async fn create_account(
         &self,
         name: &str,

@@ -5,6 +5,7 @@ use std::ops::Deref;
 
 mod accounts;
 mod orders;
+pub(crate) mod purchases;
 
 use idemkey::store::SqliteDb;
 

@@ -1,0 +1,30 @@
+//! What a purchase reserves, read from its stored input, and its local
+//! step (reserve the stock; released when a later step fails for good) on
+//! both backends.
+
+use idemkey::flow::{Local, StepContext, StepError};
+use serde::Deserialize;
+
+/// The sku and quantity a purchase reserves.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Reservation {
+    pub(crate) sku: String,
+    pub(crate) quantity: u8,
+}
+
+/// The reservation a purchase's input asks for (validated by the route
+/// before the purchase started; a malformed one is a bug, retried).
+pub(crate) fn reservation_of(ctx: &StepContext) -> Result<Reservation, StepError> {
+    serde_json::from_value(ctx.input.clone())
+        .map_err(|err| StepError::Retry(format!("the purchase's input: {err}")))
+}
+
+/// The `reserve` step: stock taken in the journal's transaction, given
+/// back by its compensation.
+pub(crate) fn reserve_step() -> Local {
+    Local::new()
+        .postgres(super::postgres::purchases::reserve)
+        .postgres_undo(super::postgres::purchases::release)
+        .sqlite(super::sqlite::purchases::reserve)
+        .sqlite_undo(super::sqlite::purchases::release)
+}
