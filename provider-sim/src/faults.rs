@@ -1,10 +1,11 @@
 //! The provider simulator's fault switches: `--fail-rate`, `--lose-rate`
 //! and `--latency-ms`, drawn from one seeded random sequence so that a run
 //! with the same `--fault-seed` and the same order of requests sees the same
-//! faults.
+//! faults. They apply alike to every effect (charges, confirmations,
+//! refunds): the calls a client makes are the same for each.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -20,6 +21,8 @@ use tracing::warn;
 use idemkey::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
 use idemkey::serve::ConnectionControl;
 
+use crate::store::Endpoint;
+
 /// The switches and the random sequence they draw from.
 #[derive(Debug)]
 pub(crate) struct Faults {
@@ -27,18 +30,47 @@ pub(crate) struct Faults {
     lose_rate: f64,
     latency: Duration,
     draws: Mutex<StdRng>,
-    lose_next: AtomicBool,
+    /// The one-shot switch: [`DISARMED`], [`ANY_ENDPOINT`], or
+    /// [`armed_for`] an endpoint.
+    lose_next: AtomicU8,
 }
 
-/// The demo's one-shot switch: the next successful charge commits and its
-/// connection is closed without an answer, whatever `--lose-rate` says.
+/// [`Faults::lose_next`] when nothing is armed.
+const DISARMED: u8 = 0;
+/// [`Faults::lose_next`] armed for the next success of any effect.
+const ANY_ENDPOINT: u8 = 1;
+
+/// [`Faults::lose_next`] armed for one endpoint's next success.
+fn armed_for(endpoint: Endpoint) -> u8 {
+    match endpoint {
+        Endpoint::Charges => 2,
+        Endpoint::Confirmations => 3,
+        Endpoint::Refunds => 4,
+    }
+}
+
+/// The demo's and the tests' one-shot switch: the next successful `POST`
+/// of an effect commits, its answer is stored, and its connection is closed
+/// without an answer, whatever `--lose-rate` says. Armed for any effect
+/// ([`LoseNext::arm`]) or for one endpoint's ([`LoseNext::arm_for`]), so
+/// a test of a multi-step purchase can lose exactly the step it means to;
+/// arming again replaces the selector.
 #[derive(Clone, Debug)]
 pub struct LoseNext(Arc<Faults>);
 
 impl LoseNext {
-    /// Arms the switch (until a charge takes it).
+    /// Arms the switch for the next success of any effect (until one takes
+    /// it).
     pub fn arm(&self) {
-        self.0.lose_next.store(true, Ordering::SeqCst);
+        self.0.lose_next.store(ANY_ENDPOINT, Ordering::SeqCst);
+    }
+
+    /// Arms the switch for the next success of `endpoint` only (the others'
+    /// answers pass).
+    pub fn arm_for(&self, endpoint: Endpoint) {
+        self.0
+            .lose_next
+            .store(armed_for(endpoint), Ordering::SeqCst);
     }
 }
 
@@ -57,8 +89,19 @@ impl Faults {
             lose_rate,
             latency,
             draws: Mutex::new(StdRng::seed_from_u64(seed)),
-            lose_next: AtomicBool::new(false),
+            lose_next: AtomicU8::new(DISARMED),
         }
+    }
+
+    /// Takes the one-shot switch if it is armed for `endpoint` (or for any
+    /// endpoint): exactly one success takes it.
+    fn take_lose_next(&self, endpoint: Endpoint) -> bool {
+        let armed = self.lose_next.load(Ordering::SeqCst);
+        (armed == ANY_ENDPOINT || armed == armed_for(endpoint))
+            && self
+                .lose_next
+                .compare_exchange(armed, DISARMED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
     }
 
     /// The one-shot switch of these faults.
@@ -76,17 +119,17 @@ impl Faults {
     }
 }
 
-/// Whether the fault switches apply to this request: the two calls a
-/// client makes (`POST /charges`, `GET /charges/{key}`), not the list
-/// (`GET /charges`), which is for checks.
-fn faulty(request: &Request) -> bool {
-    !(request.method() == Method::GET && request.uri().path() == "/charges")
+/// The endpoint of a request the fault switches apply to: the two calls a
+/// client makes of each effect (see [`crate::call_of`]), not the lists.
+fn faulty(request: &Request) -> Option<Endpoint> {
+    crate::call_of(request.method(), request.uri().path()).map(|(endpoint, _)| endpoint)
 }
 
-/// Middleware outside the idempotency layer: sleeps `--latency-ms`, answers
-/// 503 with `Retry-After` before anything happens at `--fail-rate`, and at
-/// `--lose-rate` (or when [`LoseNext`] is armed) lets a charge commit and
-/// its response be stored, then closes the connection without answering.
+/// Middleware outside the idempotency layers: sleeps `--latency-ms`,
+/// answers 503 with `Retry-After` before anything happens at `--fail-rate`,
+/// and at `--lose-rate` (or when [`LoseNext`] is armed for the endpoint)
+/// lets an effect commit and its response be stored, then closes the
+/// connection without answering.
 pub(crate) async fn inject(
     State(faults): State<Arc<Faults>>,
     request: Request,
@@ -95,9 +138,9 @@ pub(crate) async fn inject(
     if !faults.latency.is_zero() {
         tokio::time::sleep(faults.latency).await;
     }
-    if !faulty(&request) {
+    let Some(endpoint) = faulty(&request) else {
         return next.run(request).await;
-    }
+    };
     let draw = faults.draw();
     if draw.fail {
         warn!("fault: 503 before any effect");
@@ -107,12 +150,14 @@ pub(crate) async fn inject(
     let losable = request.method() == Method::POST;
     let response = next.run(request).await;
     // The layer has stored the answer by now: a retry replays it.
-    let lose = losable
-        && response.status().is_success()
-        && (draw.lose || faults.lose_next.swap(false, Ordering::SeqCst));
+    let lose =
+        losable && response.status().is_success() && (draw.lose || faults.take_lose_next(endpoint));
     if lose {
         if let Some(control) = control {
-            warn!("fault: charge committed, closing the connection without a response");
+            warn!(
+                effect = endpoint.as_str(),
+                "fault: effect committed, closing the connection without a response"
+            );
             control.abort();
             // The connection task drops this future with the connection.
             std::future::pending::<()>().await;
@@ -140,6 +185,46 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert!(a.iter().any(|d| d.fail) && a.iter().any(|d| !d.fail));
+    }
+
+    #[test]
+    fn the_switch_is_taken_once_by_the_endpoint_it_names() {
+        let faults = Arc::new(Faults::new(0.0, 0.0, Duration::ZERO, 1));
+        let switch = faults.lose_next();
+        assert!(!faults.take_lose_next(Endpoint::Charges));
+        switch.arm_for(Endpoint::Refunds);
+        assert!(!faults.take_lose_next(Endpoint::Charges));
+        assert!(!faults.take_lose_next(Endpoint::Confirmations));
+        assert!(faults.take_lose_next(Endpoint::Refunds));
+        assert!(!faults.take_lose_next(Endpoint::Refunds));
+        switch.arm();
+        assert!(faults.take_lose_next(Endpoint::Confirmations));
+        assert!(!faults.take_lose_next(Endpoint::Charges));
+    }
+
+    #[test]
+    fn the_calls_of_every_effect_are_faulty_and_the_lists_are_not() {
+        let request = |method: Method, path: &str| {
+            Request::builder()
+                .method(method)
+                .uri(path)
+                .body(axum::body::Body::empty())
+                .expect("a request")
+        };
+        for endpoint in Endpoint::ALL {
+            let name = endpoint.as_str();
+            assert_eq!(
+                faulty(&request(Method::POST, &format!("/{name}"))),
+                Some(endpoint)
+            );
+            assert_eq!(
+                faulty(&request(Method::GET, &format!("/{name}/k"))),
+                Some(endpoint)
+            );
+            assert_eq!(faulty(&request(Method::GET, &format!("/{name}"))), None);
+        }
+        assert_eq!(faulty(&request(Method::GET, "/requests")), None);
+        assert_eq!(faulty(&request(Method::POST, "/faults/lose-next")), None);
     }
 
     #[test]

@@ -1,28 +1,47 @@
 //! A payment provider **simulator** for idemkey's tests and demo (run as
-//! `idemkey-server provider`), not a payment service. Real HTTP, its
-//! charges in its own table ([`store::Charge`]), and the library's
-//! [`IdempotencyLayer`] in front of `POST /charges`, so it deduplicates by
-//! the key a client sends exactly as a real provider promises to.
+//! `idemkey-server provider`), not a payment service. Real HTTP, and three
+//! downstream effects a purchase needs, each in its own table and behind
+//! its own instance of the library's [`IdempotencyLayer`], so it
+//! deduplicates by the key a client sends exactly as a real provider
+//! promises to: **charges** ([`store::Charge`]), **confirmations** (a mail
+//! sink, [`store::Confirmation`]) and **refunds** of a charge
+//! ([`store::Refund`]).
 //!
 //! | route | answer |
 //! |---|---|
 //! | `POST /charges` (`Idempotency-Key` required) | 201 the charge; 402 `payment-declined` for a declined amount (nothing stored) |
 //! | `GET /charges/{key}` | 200 the charge made under that key, or 404 `not-found` |
 //! | `GET /charges` | 200 `{"charges": [...]}`: every charge of the caller, oldest first |
-//! | `GET /requests` | 200 `{"requests": [...]}`: the caller's request log, in arrival order: every `POST /charges` (`request`) and `GET /charges/{key}` (`lookup`) received, and every run of the charge handler (`charge`, with its order) |
-//! | `POST /faults/lose-next` | 204: the next successful charge (of any caller) loses its response ([`LoseNext`]) |
+//! | `POST /confirmations` (`Idempotency-Key` required) | 201 the confirmation |
+//! | `GET /confirmations/{key}` | 200 the confirmation made under that key, or 404 `not-found` |
+//! | `GET /confirmations` | 200 `{"confirmations": [...]}`: every confirmation of the caller, oldest first |
+//! | `POST /refunds` (`Idempotency-Key` required) | 201 the refund; 404 `charge-not-found`, 422 `refund-amount-mismatch`, 409 `charge-already-refunded` ([`problems`]; nothing stored) |
+//! | `GET /refunds/{key}` | 200 the refund made under that key, or 404 `not-found` |
+//! | `GET /refunds` | 200 `{"refunds": [...]}`: every refund of the caller, oldest first |
+//! | `GET /requests[?effect=charges\|confirmations\|refunds\|all]` | 200 `{"requests": [...]}`: the caller's request log about one effect (the charges' without the parameter), in arrival order: every `POST` (`request`) and `GET` of a key (`lookup`) received, and every run of the effect's handler (`charge`, `confirmation`, `refund`, with its order) |
+//! | `POST /faults/lose-next[?endpoint=charges\|confirmations\|refunds]` | 204: the next successful `POST` of that effect (of any effect without the parameter; of any caller) loses its response ([`LoseNext`]) |
+//!
+//! Every effect follows the same rules. The same key and body replay the
+//! first answer (`Idempotent-Replayed: true`); the same key with another
+//! body gets 422 `idempotency-key-reused`; a duplicate of a request in
+//! progress gets 409 `idempotency-request-in-progress` with `Retry-After`.
+//! Under the layer, a unique key on `(scope, key)` of each table keeps one
+//! effect per key even when the layer runs a request again after its lease.
+//! A charge is refunded at most once (a unique key on the refund's charge),
+//! for its whole amount.
 //!
 //! Every route needs `Authorization: Bearer SECRET` with one of the
 //! `--token` secrets (401 `unauthorized` otherwise). A caller's records and
-//! charges are scoped by the hex SHA-256 of its secret: another secret sees
-//! none of them and cannot replay them. The secret is never stored or logged.
+//! effects are scoped by the hex SHA-256 of its secret: another secret sees
+//! none of them, cannot replay them and cannot refund another's charge. The
+//! secret is never stored or logged.
 //!
-//! Faults, on purpose ([`faults`]): `--fail-rate` answers 503 with
-//! `Retry-After` before any effect; `--lose-rate` lets the charge commit and
-//! its response be stored, then closes the connection without an answer;
-//! `--latency-ms` sleeps before every request; amounts listed in
-//! `--decline-amount` are declined with 402. `--fault-seed` makes the
-//! sequence of drawn faults reproducible.
+//! Faults, on purpose ([`faults`]), alike for every effect: `--fail-rate`
+//! answers 503 with `Retry-After` before any effect; `--lose-rate` lets the
+//! effect commit and its response be stored, then closes the connection
+//! without an answer; `--latency-ms` sleeps before every request; amounts
+//! listed in `--decline-amount` are declined with 402. `--fault-seed` makes
+//! the sequence of drawn faults reproducible.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -31,7 +50,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, LOCATION};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
@@ -46,8 +65,12 @@ use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::{info, warn};
+use uuid::Uuid;
 
+mod confirmations;
 pub mod faults;
+pub mod problems;
+mod refunds;
 pub mod store;
 
 pub use faults::LoseNext;
@@ -56,10 +79,18 @@ use idemkey::duration::{parse_duration, rfc3339};
 use idemkey::layer::IdempotencyLayer;
 use idemkey::problems::{ApiError, json_response, problem_response};
 use idemkey::serve::{serve, shutdown_signal};
-use store::{Charge, ChargeWrite, Db, NewCharge, RequestKind};
+use store::{Charge, ChargeWrite, Db, Endpoint, NewCharge, RequestKind};
 
-/// The operation of the provider's idempotency records.
+/// The operation of the provider's charge records.
 pub const CHARGE_OPERATION: OperationId = OperationId::from_static("provider-charge:v1");
+
+/// The operation of the provider's confirmation records: a key of its own
+/// namespace, apart from the charges' (as its table is).
+pub const CONFIRMATION_OPERATION: OperationId =
+    OperationId::from_static("provider-confirmation:v1");
+
+/// The operation of the provider's refund records.
+pub const REFUND_OPERATION: OperationId = OperationId::from_static("provider-refund:v1");
 
 /// The largest amount a charge may have, in cents.
 pub const MAX_AMOUNT_CENTS: i64 = 100_000_000_000;
@@ -98,8 +129,8 @@ pub struct ProviderArgs {
     /// Address to listen on.
     #[arg(long, env = "IDEMKEY_PROVIDER_BIND", default_value = "127.0.0.1:3002")]
     pub bind: SocketAddr,
-    /// Where the charges and their idempotency records live: sqlite://PATH
-    /// or postgres://… (Redis holds no charges).
+    /// Where the charges (confirmations, refunds) and their idempotency
+    /// records live: sqlite://PATH or postgres://… (Redis holds no charges).
     #[arg(
         long,
         env = "IDEMKEY_PROVIDER_DATABASE_URL",
@@ -116,13 +147,13 @@ pub struct ProviderArgs {
         hide_env_values = true
     )]
     pub tokens: Vec<Secret>,
-    /// Share of charge requests and lookups answered 503 with Retry-After
-    /// before any effect (0 to 1).
+    /// Share of requests and lookups (of charges, confirmations, refunds)
+    /// answered 503 with Retry-After before any effect (0 to 1).
     #[arg(long, env = "IDEMKEY_PROVIDER_FAIL_RATE", default_value = "0", value_parser = parse_rate)]
     pub fail_rate: f64,
-    /// Share of successful charge requests whose charge commits and whose
-    /// response is stored, and whose connection is then closed without an
-    /// answer (0 to 1).
+    /// Share of successful requests (of charges, confirmations, refunds)
+    /// whose effect commits and whose response is stored, and whose
+    /// connection is then closed without an answer (0 to 1).
     #[arg(long, env = "IDEMKEY_PROVIDER_LOSE_RATE", default_value = "0", value_parser = parse_rate)]
     pub lose_rate: f64,
     /// Milliseconds to sleep before handling each request.
@@ -137,9 +168,9 @@ pub struct ProviderArgs {
         default_value = "402"
     )]
     pub decline_amounts: Vec<i64>,
-    /// How long a charge request's claim holds its key before a retry may
-    /// take it over (a provider killed mid-request answers 409 to that key
-    /// until then).
+    /// How long a request's claim holds its key before a retry may take it
+    /// over (a provider killed mid-request answers 409 to that key until
+    /// then).
     #[arg(long, env = "IDEMKEY_PROVIDER_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
     /// Seed of the fault draws, to repeat a run's faults; a random seed
@@ -183,7 +214,7 @@ struct Provider {
 
 /// The provider's router over `db`, with its settings (and faults drawn
 /// from `seed`), and its one-shot switch that loses the next successful
-/// charge's response (also armed by `POST /faults/lose-next`): for the demo,
+/// effect's response (also armed by `POST /faults/lose-next`): for the demo,
 /// which embeds the provider or drives it over HTTP.
 pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
     let provider = Provider {
@@ -197,25 +228,63 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
         Duration::from_millis(args.latency_ms),
         seed,
     ));
-    let idempotent = IdempotencyLayer::new(db.store(), |parts| {
-        parts.extensions.get::<Caller>().map(|c| c.0.clone())
-    })
-    .operation(CHARGE_OPERATION)
-    .key_profile(KeyProfile::Lenient)
-    .lease(args.lease);
+    // One layer per effect, each with its own operation: a key names one
+    // effect, as it names one row of that effect's table. Each trims the
+    // whole records table with the same retention once its effect is used,
+    // which the others' trims only repeat.
+    let idempotent = |operation| {
+        IdempotencyLayer::new(db.store(), |parts| {
+            parts.extensions.get::<Caller>().map(|c| c.0.clone())
+        })
+        .operation(operation)
+        .key_profile(KeyProfile::Lenient)
+        .lease(args.lease)
+    };
     let lose_next = faults.lose_next();
     let arm = {
         let lose_next = lose_next.clone();
-        move || async move {
-            warn!("fault: the next successful charge loses its response");
-            lose_next.arm();
-            StatusCode::NO_CONTENT
+        move |RawQuery(query): RawQuery| async move {
+            match query_member(query.as_deref(), "endpoint") {
+                None => {
+                    warn!("fault: the next successful effect loses its response");
+                    lose_next.arm();
+                }
+                Some(name) => match Endpoint::from_name(name) {
+                    Some(endpoint) => {
+                        warn!(
+                            effect = endpoint.as_str(),
+                            "fault: the next successful effect of one endpoint loses its response"
+                        );
+                        lose_next.arm_for(endpoint);
+                    }
+                    None => return problem_response(&unknown_member("endpoint", false)),
+                },
+            }
+            StatusCode::NO_CONTENT.into_response()
         }
     };
     let router = Router::new()
-        .route("/charges", post(create).get(list))
+        .route(
+            "/charges",
+            post(create)
+                .get(list)
+                .route_layer(idempotent(CHARGE_OPERATION)),
+        )
         .route("/charges/{key}", get(lookup))
-        .route_layer(idempotent)
+        .route(
+            "/confirmations",
+            post(confirmations::create)
+                .get(confirmations::list)
+                .route_layer(idempotent(CONFIRMATION_OPERATION)),
+        )
+        .route("/confirmations/{key}", get(confirmations::lookup))
+        .route(
+            "/refunds",
+            post(refunds::create)
+                .get(refunds::list)
+                .route_layer(idempotent(REFUND_OPERATION)),
+        )
+        .route("/refunds/{key}", get(refunds::lookup))
         .route_layer(from_fn_with_state(faults, inject))
         .route_layer(from_fn_with_state(provider.clone(), record))
         .route("/requests", get(requests))
@@ -230,6 +299,47 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
             HeaderValue::from_static("no-store"),
         ));
     (router, lose_next)
+}
+
+/// The value of `name` in a query (`a=b&c=d`; the values the simulator
+/// reads are plain words, never percent-encoded).
+fn query_member<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find_map(|(key, value)| (key == name).then_some(value))
+}
+
+/// 400 for a query member naming no endpoint (or `all`, where allowed).
+fn unknown_member(name: &str, all: bool) -> Problem {
+    let mut names: Vec<&str> = Endpoint::ALL.iter().map(|e| e.as_str()).collect();
+    if all {
+        names.push("all");
+    }
+    Problem::new(
+        ProblemCode::RequestInvalid,
+        format!("The query's {name} must be one of: {}.", names.join(", ")),
+    )
+}
+
+/// A call a client makes of one effect: its `POST` (no key in the path) or
+/// the `GET` of one key (the key as the path has it, percent-encoded). The
+/// lists (`GET /charges`) are not calls: they are for checks, never logged
+/// and never faulted.
+pub(crate) fn call_of<'a>(method: &Method, path: &'a str) -> Option<(Endpoint, Option<&'a str>)> {
+    let path = path.strip_prefix('/')?;
+    let (collection, key) = match path.split_once('/') {
+        Some((collection, key)) => (collection, Some(key)),
+        None => (path, None),
+    };
+    let endpoint = Endpoint::from_name(collection)?;
+    match (method, key) {
+        (&Method::POST, None) => Some((endpoint, None)),
+        (&Method::GET, Some(key)) if !key.is_empty() && !key.contains('/') => {
+            Some((endpoint, Some(key)))
+        }
+        _ => None,
+    }
 }
 
 /// Runs the provider until SIGTERM or SIGINT.
@@ -296,38 +406,28 @@ async fn authenticate(
 }
 
 /// Middleware inside the authentication, outside the faults: logs every
-/// charge request and lookup as it arrives ([`RequestKind`]), so a test
-/// sees a second charge request under a key that the charges table's
-/// unique key would hide, and whether a lookup came before each resend.
+/// call of an effect as it arrives ([`RequestKind`]), so a test sees a
+/// second request under a key that the effect's unique key would hide, and
+/// whether a lookup came before each resend.
 async fn record(State(provider): State<Provider>, request: Request, next: Next) -> Response {
     let scope = request.extensions().get::<Caller>().map(|c| c.0.clone());
-    let path = request.uri().path();
-    let logged = if request.method() == Method::POST && path == "/charges" {
-        IdempotencyKey::from_field_lines(
-            request
-                .headers()
-                .get_all(KEY_HEADER)
-                .iter()
-                .map(HeaderValue::as_bytes),
-            KeyProfile::Lenient,
-        )
-        .ok()
-        .map(|key| (RequestKind::Request, key.as_str().to_owned()))
-    } else if request.method() == Method::GET {
-        path.strip_prefix("/charges/").map(|key| {
+    let logged = match call_of(request.method(), request.uri().path()) {
+        Some((endpoint, None)) => request_key(request.headers())
+            .ok()
+            .map(|key| (endpoint, RequestKind::Request, key.as_str().to_owned())),
+        Some((endpoint, Some(key))) => {
             let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
-            (RequestKind::Lookup, key.into_owned())
-        })
-    } else {
-        None
+            Some((endpoint, RequestKind::Lookup, key.into_owned()))
+        }
+        None => None,
     };
-    if let (Some(scope), Some((kind, key))) = (scope, logged) {
+    if let (Some(scope), Some((endpoint, kind, key))) = (scope, logged) {
         if key.is_empty() || key.len() > 1024 {
             return next.run(request).await;
         }
         if let Err(err) = provider
             .db
-            .log_provider_request(&scope, kind, &key, None)
+            .log_provider_request(&scope, endpoint, kind, &key, None)
             .await
         {
             return ApiError::Store(err).into_response();
@@ -336,11 +436,74 @@ async fn record(State(provider): State<Provider>, request: Request, next: Next) 
     next.run(request).await
 }
 
+/// The request's `Idempotency-Key` (the layer has checked it already for
+/// the handlers; this reads the same value).
+fn request_key(headers: &HeaderMap) -> Result<IdempotencyKey, Problem> {
+    IdempotencyKey::from_field_lines(
+        headers
+            .get_all(KEY_HEADER)
+            .iter()
+            .map(HeaderValue::as_bytes),
+        KeyProfile::Lenient,
+    )
+    .map_err(|err| err.to_problem())
+}
+
+/// Logs a run of `endpoint`'s handler that reached its effect's write,
+/// with the order it names: every run, a same-key repeat included, which
+/// the effect's unique key would hide.
+async fn log_run(
+    provider: &Provider,
+    scope: &str,
+    endpoint: Endpoint,
+    key: &IdempotencyKey,
+    order_id: Uuid,
+) -> Result<(), Response> {
+    provider
+        .db
+        .log_provider_request(
+            scope,
+            endpoint,
+            endpoint.run_kind(),
+            key.as_str(),
+            Some(order_id),
+        )
+        .await
+        .map_err(|err| ApiError::Store(err).into_response())
+}
+
+/// 201 with `body` and the `Location` where the effect is looked up.
+fn created(endpoint: Endpoint, key: &IdempotencyKey, body: &impl Serialize) -> Response {
+    let mut response = json(StatusCode::CREATED, body);
+    let location = format!(
+        "/{}/{}",
+        endpoint.as_str(),
+        percent_encoding::utf8_percent_encode(key.as_str(), percent_encoding::NON_ALPHANUMERIC)
+    );
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(LOCATION, value);
+    }
+    response
+}
+
+/// Whether a request body is declared JSON (415 otherwise).
+fn json_body(headers: &HeaderMap) -> Result<(), Problem> {
+    if headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| is_json_media_type(v.as_bytes()))
+    {
+        Ok(())
+    } else {
+        Err(Problem::unsupported_media_type())
+    }
+}
+
 /// One row of the request log as the provider shows it.
 #[derive(Serialize)]
 struct RequestBody<'a> {
     seq: i64,
     kind: &'a str,
+    effect: &'a str,
     idempotency_key: &'a str,
     order_id: Option<String>,
     created_at: String,
@@ -351,12 +514,24 @@ struct RequestList<'a> {
     requests: Vec<RequestBody<'a>>,
 }
 
-/// `GET /requests`: the caller's request log, in arrival order.
+/// `GET /requests`: the caller's request log, in arrival order. The
+/// charges' rows without `?effect=` (the log as it was before the other
+/// effects, which the discipline check of `idemkey_testkit` reads), one
+/// other effect's, or `all`.
 async fn requests(
     State(provider): State<Provider>,
     axum::Extension(Caller(scope)): axum::Extension<Caller>,
+    RawQuery(query): RawQuery,
 ) -> Response {
-    match provider.db.provider_requests(&scope).await {
+    let effect = match query_member(query.as_deref(), "effect") {
+        None => Some(Endpoint::Charges),
+        Some("all") => None,
+        Some(name) => match Endpoint::from_name(name) {
+            Some(endpoint) => Some(endpoint),
+            None => return problem_response(&unknown_member("effect", true)),
+        },
+    };
+    match provider.db.provider_requests(&scope, effect).await {
         Ok(log) => json(
             StatusCode::OK,
             &RequestList {
@@ -365,6 +540,7 @@ async fn requests(
                     .map(|r| RequestBody {
                         seq: r.seq,
                         kind: &r.kind,
+                        effect: &r.effect,
                         idempotency_key: &r.idempotency_key,
                         order_id: r.order_id.map(|id| id.to_string()),
                         created_at: rfc3339(r.created_at),
@@ -410,12 +586,7 @@ struct ChargeRequest {
 /// Reads `{"order_id", "amount_cents", "currency"}`; 400 `request-invalid`
 /// with a pointer per failing member otherwise.
 fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<ChargeRequest, Problem> {
-    if !headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| is_json_media_type(v.as_bytes()))
-    {
-        return Err(Problem::unsupported_media_type());
-    }
+    json_body(headers)?;
     let invalid = |errors| {
         Problem::new(ProblemCode::RequestInvalid, "The charge is invalid.").with_errors(errors)
     };
@@ -466,16 +637,9 @@ async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    // The layer has checked the key already; this reads the same value.
-    let key = match IdempotencyKey::from_field_lines(
-        headers
-            .get_all(KEY_HEADER)
-            .iter()
-            .map(HeaderValue::as_bytes),
-        KeyProfile::Lenient,
-    ) {
+    let key = match request_key(&headers) {
         Ok(key) => key,
-        Err(err) => return problem_response(&err.to_problem()),
+        Err(problem) => return problem_response(&problem),
     };
     let request = match read_request(&headers, &body) {
         Ok(request) => request,
@@ -496,21 +660,11 @@ async fn create(
         currency: request.currency,
     };
     let written = provider.db.insert_charge(&new).await;
-    if written.is_ok() {
-        // Every run that reached the write, a same-key repeat included:
-        // the unique key above would hide it.
-        if let Err(err) = provider
-            .db
-            .log_provider_request(
-                &new.scope,
-                RequestKind::Charge,
-                &new.idempotency_key,
-                Some(new.order_id),
-            )
-            .await
-        {
-            return ApiError::Store(err).into_response();
-        }
+    if written.is_ok()
+        && let Err(response) =
+            log_run(&provider, &new.scope, Endpoint::Charges, &key, new.order_id).await
+    {
+        return response;
     }
     let charge = match written {
         Ok(ChargeWrite::Created(charge)) => charge,
@@ -528,15 +682,7 @@ async fn create(
         }
         Err(err) => return ApiError::Store(err).into_response(),
     };
-    let mut response = json(StatusCode::CREATED, &ChargeBody::from(&charge));
-    let location = format!(
-        "/charges/{}",
-        percent_encoding::utf8_percent_encode(key.as_str(), percent_encoding::NON_ALPHANUMERIC)
-    );
-    if let Ok(value) = HeaderValue::from_str(&location) {
-        response.headers_mut().insert(LOCATION, value);
-    }
-    response
+    created(Endpoint::Charges, &key, &ChargeBody::from(&charge))
 }
 
 async fn lookup(

@@ -5,15 +5,18 @@ use idemkey::store::migrations::{Adopt, Migration};
 use idemkey::store::{PgDb, SqliteDb};
 use uuid::Uuid;
 
-use super::charge::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
+use super::charge::{Charge, ChargeWrite, Endpoint, NewCharge, ProviderRequest, RequestKind};
+use super::confirmation::{Confirmation, ConfirmationWrite, NewConfirmation};
+use super::refund::{NewRefund, Refund, RefundWrite};
 use super::{postgres, sqlite};
 
 /// Why Redis holds no charges.
 pub const CHARGES_NEED_SQL: &str = "the payment provider keeps its charges in a SQL store: \
      use postgres://... or sqlite://PATH, not Redis";
 
-/// The simulator's database: its charges and request log, and the records
-/// of its idempotency layer (the library's table) beside them.
+/// The simulator's database: its charges, confirmations, refunds and
+/// request log, and the records of its idempotency layers (the library's
+/// table) beside them.
 #[derive(Clone, Debug)]
 pub enum Db {
     /// PostgreSQL.
@@ -22,29 +25,33 @@ pub enum Db {
     Sqlite(SqliteDb),
 }
 
-/// The one place that matches on the backend: `$method` of its charges.
+/// The one place that matches on the backend: `$method` of its statements.
 macro_rules! each {
     ($self:expr, $method:ident($($arg:expr),*)) => {
         match $self {
-            Db::Postgres(db) => postgres::Charges(db).$method($($arg),*).await,
-            Db::Sqlite(db) => sqlite::Charges(db).$method($($arg),*).await,
+            Db::Postgres(db) => postgres::Statements(db).$method($($arg),*).await,
+            Db::Sqlite(db) => sqlite::Statements(db).$method($($arg),*).await,
         }
     };
 }
 
 /// The simulator's migrations (component `provider-sim`); a database of an
 /// earlier version, which kept them in one list with the order service's,
-/// already has both tables (adopted).
-fn migrations(backend: &str) -> [Migration; 2] {
-    let (charges, requests) = if backend == "postgres" {
+/// already has the first two versions' tables (adopted). Version 3 (the
+/// confirmations, the refunds and the request log's effects) came after
+/// that list, so it is always applied.
+fn migrations(backend: &str) -> [Migration; 3] {
+    let (charges, requests, effects) = if backend == "postgres" {
         (
             include_str!("postgres/0007_provider_charges.sql"),
             include_str!("postgres/0008_provider_requests.sql"),
+            include_str!("postgres/v3_confirmations_refunds.sql"),
         )
     } else {
         (
             include_str!("sqlite/0007_provider_charges.sql"),
             include_str!("sqlite/0008_provider_requests.sql"),
+            include_str!("sqlite/v3_confirmations_refunds.sql"),
         )
     };
     [
@@ -67,6 +74,13 @@ fn migrations(backend: &str) -> [Migration; 2] {
                 table: "provider_requests",
                 column: "kind",
             }),
+        },
+        Migration {
+            component: "provider-sim",
+            version: 3,
+            name: "confirmations_refunds",
+            sql: effects,
+            adopt: None,
         },
     ]
 }
@@ -115,20 +129,70 @@ impl Db {
         each!(self, charges(scope))
     }
 
-    /// Logs one request of the scope (or one run of the charge handler,
-    /// with its order) in the provider's request log.
+    /// Makes the confirmation of `(scope, key)` in one transaction, or
+    /// returns the one the key already has.
+    pub async fn insert_confirmation(
+        &self,
+        confirmation: &NewConfirmation,
+    ) -> Result<ConfirmationWrite, StoreError> {
+        each!(self, insert_confirmation(confirmation))
+    }
+
+    /// The scope's confirmation made under `key`, if any.
+    pub async fn confirmation(
+        &self,
+        scope: &str,
+        key: &str,
+    ) -> Result<Option<Confirmation>, StoreError> {
+        each!(self, confirmation(scope, key))
+    }
+
+    /// Every confirmation of the scope, oldest first.
+    pub async fn confirmations(&self, scope: &str) -> Result<Vec<Confirmation>, StoreError> {
+        each!(self, confirmations(scope))
+    }
+
+    /// Refunds a charge of the scope under `(scope, key)`, or says why not
+    /// ([`RefundWrite`]): the key's refund comes first, then the charge,
+    /// then the charge's one refund. At most one refund per key and one per
+    /// charge, whatever runs at once (the unique keys decide).
+    pub async fn insert_refund(&self, refund: &NewRefund) -> Result<RefundWrite, StoreError> {
+        each!(self, insert_refund(refund))
+    }
+
+    /// The scope's refund made under `key`, if any.
+    pub async fn refund(&self, scope: &str, key: &str) -> Result<Option<Refund>, StoreError> {
+        each!(self, refund(scope, key))
+    }
+
+    /// Every refund of the scope, oldest first.
+    pub async fn refunds(&self, scope: &str) -> Result<Vec<Refund>, StoreError> {
+        each!(self, refunds(scope))
+    }
+
+    /// Logs one request of the scope about one effect (or one run of that
+    /// effect's handler, with its order) in the provider's request log.
     pub async fn log_provider_request(
         &self,
         scope: &str,
+        effect: Endpoint,
         kind: RequestKind,
         key: &str,
         order_id: Option<Uuid>,
     ) -> Result<(), StoreError> {
-        each!(self, log_provider_request(scope, kind, key, order_id))
+        each!(
+            self,
+            log_provider_request(scope, effect, kind, key, order_id)
+        )
     }
 
-    /// The scope's request log, in arrival order.
-    pub async fn provider_requests(&self, scope: &str) -> Result<Vec<ProviderRequest>, StoreError> {
-        each!(self, provider_requests(scope))
+    /// The scope's request log about one effect (every effect's with
+    /// `None`), in arrival order.
+    pub async fn provider_requests(
+        &self,
+        scope: &str,
+        effect: Option<Endpoint>,
+    ) -> Result<Vec<ProviderRequest>, StoreError> {
+        each!(self, provider_requests(scope, effect))
     }
 }

@@ -1,5 +1,6 @@
-//! The payment provider's charges on PostgreSQL (see
-//! [`super::Charge`]). Unnamed statements, one round trip each.
+//! The payment provider's charges, confirmations, refunds and request log
+//! on PostgreSQL (see [`super::Charge`]). Unnamed statements, one round
+//! trip each.
 
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
@@ -9,10 +10,13 @@ use idemkey::StoreError;
 use idemkey::store::postgres::db_error;
 use idemkey::store::{PgDb, from_system_time};
 
-use super::charge::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
+use super::charge::{Charge, ChargeWrite, Endpoint, NewCharge, ProviderRequest, RequestKind};
 
-/// The charge statements over one store.
-pub(super) struct Charges<'a>(pub(super) &'a PgDb);
+mod confirmations;
+mod refunds;
+
+/// The simulator's statements over one store.
+pub(super) struct Statements<'a>(pub(super) &'a PgDb);
 
 const INSERT_CHARGE: &str = include_str!("sql/insert_charge.sql");
 const CHARGE: &str = include_str!("sql/charge.sql");
@@ -20,11 +24,11 @@ const CHARGES: &str = include_str!("sql/charges.sql");
 const LOG_REQUEST: &str = include_str!("sql/log_request.sql");
 const REQUESTS: &str = include_str!("sql/requests.sql");
 
-/// How often the insert runs again when a concurrent insert of the same key
+/// How often an insert runs again when a concurrent insert of the same key
 /// committed after its snapshot (so it neither inserted nor saw the row).
 const INSERT_TRIES: usize = 3;
 
-impl Charges<'_> {
+impl Statements<'_> {
     pub(super) async fn insert_charge(
         &self,
         charge: &NewCharge,
@@ -86,6 +90,7 @@ impl Charges<'_> {
     pub(super) async fn log_provider_request(
         &self,
         scope: &str,
+        effect: Endpoint,
         kind: RequestKind,
         key: &str,
         order_id: Option<Uuid>,
@@ -99,6 +104,7 @@ impl Charges<'_> {
                     (&kind.as_str(), Type::TEXT),
                     (&key, Type::TEXT),
                     (&order_id, Type::UUID),
+                    (&effect.as_str(), Type::TEXT),
                 ],
             )
             .await
@@ -109,10 +115,12 @@ impl Charges<'_> {
     pub(super) async fn provider_requests(
         &self,
         scope: &str,
+        effect: Option<Endpoint>,
     ) -> Result<Vec<ProviderRequest>, StoreError> {
         let client = self.0.client().await?;
+        let effect = effect.map(Endpoint::as_str);
         let rows = client
-            .query_typed(REQUESTS, &[(&scope, Type::TEXT)])
+            .query_typed(REQUESTS, &[(&scope, Type::TEXT), (&effect, Type::TEXT)])
             .await
             .map_err(db_error)?;
         rows.iter()
@@ -120,6 +128,7 @@ impl Charges<'_> {
                 Ok(ProviderRequest {
                     seq: row.try_get("seq").map_err(db_error)?,
                     kind: row.try_get("kind").map_err(db_error)?,
+                    effect: row.try_get("effect").map_err(db_error)?,
                     idempotency_key: row.try_get("idempotency_key").map_err(db_error)?,
                     order_id: row.try_get("order_id").map_err(db_error)?,
                     created_at: from_system_time(row.try_get("created_at").map_err(db_error)?),

@@ -1,4 +1,5 @@
-//! The payment provider's charges on SQLite (see [`super::Charge`]).
+//! The payment provider's charges, confirmations, refunds and request log
+//! on SQLite (see [`super::Charge`]).
 
 use idemkey_core::UnixMillis;
 use rusqlite::{OptionalExtension as _, Row, params};
@@ -8,10 +9,13 @@ use idemkey::StoreError;
 use idemkey::store::SqliteDb;
 use idemkey::store::sqlite::{immediate, sqlite_error};
 
-use super::charge::{Charge, ChargeWrite, NewCharge, ProviderRequest, RequestKind};
+use super::charge::{Charge, ChargeWrite, Endpoint, NewCharge, ProviderRequest, RequestKind};
 
-/// The charge statements over one store.
-pub(super) struct Charges<'a>(pub(super) &'a SqliteDb);
+mod confirmations;
+mod refunds;
+
+/// The simulator's statements over one store.
+pub(super) struct Statements<'a>(pub(super) &'a SqliteDb);
 
 const INSERT_CHARGE: &str = include_str!("sql/insert_charge.sql");
 const CHARGE: &str = include_str!("sql/charge.sql");
@@ -19,7 +23,7 @@ const CHARGES: &str = include_str!("sql/charges.sql");
 const LOG_REQUEST: &str = include_str!("sql/log_request.sql");
 const REQUESTS: &str = include_str!("sql/requests.sql");
 
-impl Charges<'_> {
+impl Statements<'_> {
     pub(super) async fn insert_charge(
         &self,
         charge: &NewCharge,
@@ -93,6 +97,7 @@ impl Charges<'_> {
     pub(super) async fn log_provider_request(
         &self,
         scope: &str,
+        effect: Endpoint,
         kind: RequestKind,
         key: &str,
         order_id: Option<Uuid>,
@@ -102,7 +107,15 @@ impl Charges<'_> {
         self.0
             .with_conn(move |conn| {
                 conn.prepare_cached(LOG_REQUEST)
-                    .and_then(|mut stmt| stmt.execute(params![scope, kind.as_str(), key, order_id]))
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![
+                            scope,
+                            kind.as_str(),
+                            key,
+                            order_id,
+                            effect.as_str()
+                        ])
+                    })
                     .map(drop)
                     .map_err(sqlite_error)
             })
@@ -112,16 +125,19 @@ impl Charges<'_> {
     pub(super) async fn provider_requests(
         &self,
         scope: &str,
+        effect: Option<Endpoint>,
     ) -> Result<Vec<ProviderRequest>, StoreError> {
         let scope = scope.to_owned();
+        let effect = effect.map(Endpoint::as_str);
         self.0
             .with_reader(move |conn| {
                 let mut stmt = conn.prepare_cached(REQUESTS).map_err(sqlite_error)?;
                 let rows = stmt
-                    .query_map([scope], |row| {
+                    .query_map(params![scope, effect], |row| {
                         Ok((
                             row.get::<_, i64>("seq")?,
                             row.get::<_, String>("kind")?,
+                            row.get::<_, String>("effect")?,
                             row.get::<_, String>("idempotency_key")?,
                             row.get::<_, Option<String>>("order_id")?,
                             row.get::<_, i64>("created_at")?,
@@ -132,12 +148,15 @@ impl Charges<'_> {
                 Ok(rows
                     .into_iter()
                     .map(
-                        |(seq, kind, idempotency_key, order_id, created_at)| ProviderRequest {
-                            seq,
-                            kind,
-                            idempotency_key,
-                            order_id: order_id.and_then(|id| Uuid::try_parse(&id).ok()),
-                            created_at: UnixMillis(u64::try_from(created_at).unwrap_or(0)),
+                        |(seq, kind, effect, idempotency_key, order_id, created_at)| {
+                            ProviderRequest {
+                                seq,
+                                kind,
+                                effect,
+                                idempotency_key,
+                                order_id: order_id.and_then(|id| Uuid::try_parse(&id).ok()),
+                                created_at: millis(created_at),
+                            }
                         },
                     )
                     .collect())
@@ -163,20 +182,27 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<RawCharge> {
             order_id: Uuid::nil(),
             amount_cents: row.get("amount_cents")?,
             currency: row.get("currency")?,
-            created_at: UnixMillis(u64::try_from(row.get::<_, i64>("created_at")?).unwrap_or(0)),
+            created_at: millis(row.get("created_at")?),
         },
     })
 }
 
 impl RawCharge {
     fn into_charge(self) -> Result<Charge, StoreError> {
-        let uuid = |text: &str| {
-            Uuid::try_parse(text).map_err(|_| StoreError::Unavailable("an id is not a UUID".into()))
-        };
         Ok(Charge {
             id: uuid(&self.id)?,
             order_id: uuid(&self.order_id)?,
             ..self.charge
         })
     }
+}
+
+/// An id stored as text.
+fn uuid(text: &str) -> Result<Uuid, StoreError> {
+    Uuid::try_parse(text).map_err(|_| StoreError::Unavailable("an id is not a UUID".into()))
+}
+
+/// A time stored as Unix milliseconds.
+fn millis(stored: i64) -> UnixMillis {
+    UnixMillis(u64::try_from(stored).unwrap_or(0))
 }

@@ -1,5 +1,6 @@
--- A scope's request log, in arrival order. $1 scope.
-SELECT seq, kind, idempotency_key, order_id, created_at
+-- A scope's request log, in arrival order: one effect's rows, or every
+-- row when $2 is NULL. $1 scope, $2 effect (or NULL).
+SELECT seq, kind, effect, idempotency_key, order_id, created_at
 FROM provider_requests
-WHERE scope = $1::text
+WHERE scope = $1::text AND ($2::text IS NULL OR effect = $2::text)
 ORDER BY seq
