@@ -23,7 +23,9 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::db::Db;
-use crate::payments::client::{Attempt as Call, FoundCharge, ProviderClient};
+use crate::payments::client::{
+    Effect, FoundCharge, FoundConfirmation, FoundRefund, ProviderClient,
+};
 
 /// The flow's name, stored in the journal.
 pub const PURCHASE: &str = "purchase";
@@ -88,8 +90,9 @@ fn no_provider() -> Attempt {
     }
 }
 
-/// Charges the reserved amount under the step's key; a charge found under
-/// it counts only if it is this purchase's (same id, amount, currency).
+/// Charges the reserved amount under the step's key, looked up first when
+/// an earlier attempt may have reached the provider; a charge found under
+/// the key counts only if it is this purchase's (id, amount, currency).
 async fn charge_step(client: Option<Arc<ProviderClient>>, ctx: StepContext) -> Attempt {
     let Some(client) = client else {
         return no_provider();
@@ -102,50 +105,21 @@ async fn charge_step(client: Option<Arc<ProviderClient>>, ctx: StepContext) -> A
         return Attempt::Refused("the reservation recorded no amount".into());
     };
     let key = ctx.downstream_key();
-    let ours = |found: &FoundCharge| found.is_for(ctx.flow_id, amount_cents, &currency);
-    if ctx.maybe_sent {
-        match client.lookup(key.as_str()).await {
-            Call::NotFound => {}
-            Call::Charged(found) if ours(&found) => return charged(&found),
-            Call::Charged(found) => return foreign(&found),
-            other => return attempt_of(other),
-        }
-    }
-    match client
-        .charge(key.as_str(), ctx.flow_id, amount_cents, &currency)
-        .await
-    {
-        Call::Charged(found) if ours(&found) => charged(&found),
-        Call::Charged(found) => foreign(&found),
-        other => attempt_of(other),
-    }
+    let send = client.charge_effect(key.as_str(), ctx.flow_id, amount_cents, &currency);
+    let effect = if ctx.maybe_sent {
+        client.lookup_charge(key.as_str()).await.or_send(send).await
+    } else {
+        send.await
+    };
+    attempt_of(effect, |found: &FoundCharge| {
+        found
+            .is_for(ctx.flow_id, amount_cents, &currency)
+            .then(|| json!({ "charge_id": found.charge_id }))
+    })
 }
 
-fn charged(found: &FoundCharge) -> Attempt {
-    Attempt::Done(json!({ "charge_id": found.charge_id }))
-}
-
-fn foreign(found: &FoundCharge) -> Attempt {
-    Attempt::Refused(format!(
-        "the provider's charge {} under this purchase's key is not this purchase's",
-        found.charge_id
-    ))
-}
-
-fn attempt_of(call: Call) -> Attempt {
-    match call {
-        Call::Charged(found) => charged(&found),
-        Call::Declined { reason } => Attempt::Refused(reason),
-        Call::Retry { after, reason } => Attempt::Retry { after, reason },
-        Call::Uncertain { reason } => Attempt::Uncertain(reason),
-        Call::NotFound => Attempt::Retry {
-            after: None,
-            reason: "the provider answered 404".into(),
-        },
-    }
-}
-
-/// Refunds the charge (when a step after it failed for good).
+/// Refunds the charge (when a step after it failed for good), under the
+/// compensation's own key.
 async fn refund_step(client: Option<Arc<ProviderClient>>, ctx: StepContext) -> Attempt {
     let Some(client) = client else {
         return no_provider();
@@ -156,16 +130,21 @@ async fn refund_step(client: Option<Arc<ProviderClient>>, ctx: StepContext) -> A
             .map(str::to_owned),
         priced(&ctx),
     ) else {
+        // Nothing was charged: nothing to give back.
         return Attempt::Done(Value::Null);
     };
     let key = ctx.downstream_key();
-    if ctx.maybe_sent {
-        match client.lookup_refund(key.as_str()).await {
-            Call::NotFound => {}
-            other => return attempt_of(other),
-        }
-    }
-    attempt_of(client.refund(key.as_str(), &charge, amount_cents).await)
+    let send = client.refund(key.as_str(), &charge, amount_cents);
+    let effect = if ctx.maybe_sent {
+        client.lookup_refund(key.as_str()).await.or_send(send).await
+    } else {
+        send.await
+    };
+    attempt_of(effect, |found: &FoundRefund| {
+        found
+            .is_for(&charge, amount_cents)
+            .then(|| json!({ "refund_id": found.refund_id }))
+    })
 }
 
 /// Sends the purchase's confirmation through the provider's mail sink.
@@ -174,12 +153,6 @@ async fn confirm_step(client: Option<Arc<ProviderClient>>, ctx: StepContext) -> 
         return no_provider();
     };
     let key = ctx.downstream_key();
-    if ctx.maybe_sent {
-        match client.lookup_confirmation(key.as_str()).await {
-            Call::NotFound => {}
-            other => return attempt_of(other),
-        }
-    }
     let text = format!(
         "Purchase {}: {} x {} is paid.",
         ctx.flow_id,
@@ -187,11 +160,42 @@ async fn confirm_step(client: Option<Arc<ProviderClient>>, ctx: StepContext) -> 
         ctx.input["sku"].as_str().unwrap_or_default()
     );
     let recipient = format!("account-{}@example.invalid", ctx.scope);
-    attempt_of(
+    let send = client.confirm(key.as_str(), ctx.flow_id, &recipient, &text);
+    let effect = if ctx.maybe_sent {
         client
-            .confirm(key.as_str(), ctx.flow_id, &recipient, &text)
-            .await,
-    )
+            .lookup_confirmation(key.as_str())
+            .await
+            .or_send(send)
+            .await
+    } else {
+        send.await
+    };
+    attempt_of(effect, |found: &FoundConfirmation| {
+        found
+            .is_for(ctx.flow_id, &recipient)
+            .then(|| json!({ "confirmation_id": found.confirmation_id }))
+    })
+}
+
+/// A step's attempt from the provider's answer: `ours` gives the output
+/// of an effect that is this step's, and `None` for one that is not (a
+/// key reused by mistake), which is refused rather than taken.
+fn attempt_of<T>(effect: Effect<T>, ours: impl FnOnce(&T) -> Option<Value>) -> Attempt {
+    match effect {
+        Effect::Delivered(found) => match ours(&found) {
+            Some(output) => Attempt::Done(output),
+            None => {
+                Attempt::Refused("the provider holds another effect under this step's key".into())
+            }
+        },
+        Effect::Refused { reason, .. } => Attempt::Refused(reason),
+        Effect::Retry { after, reason } => Attempt::Retry { after, reason },
+        Effect::Uncertain { reason } => Attempt::Uncertain(reason),
+        Effect::NotFound => Attempt::Retry {
+            after: None,
+            reason: "the provider answered 404".into(),
+        },
+    }
 }
 
 /// `201 Created`: the purchase with what each step recorded.

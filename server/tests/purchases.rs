@@ -207,7 +207,7 @@ async fn lost_answers_are_looked_up_and_each_effect_happens_once() {
         let token = env.account("shop");
         // Every effect commits at the provider, then its answer is lost.
         let provider = provider(&provider_env, &["--lose-rate", "1"]);
-        let server = serve(&env, &flags(&provider, &[]));
+        let server = serve(&env, &flags(&provider, &["--purchase-wait", "0s"]));
         let mut ids = Vec::new();
         for _ in 0..3 {
             let reply = post(&server, &token, &new_key(), TEA).await;
