@@ -312,7 +312,11 @@ fn snapshot(env: &Env, with_last_use: bool) -> Vec<(&'static str, String)> {
             "provider_charges",
             "SELECT * FROM provider_charges ORDER BY idempotency_key",
         ),
-        ("products", "SELECT * FROM products ORDER BY sku"),
+        // Every column the old version had (orders/2 adds `stock`).
+        (
+            "products",
+            "SELECT sku, unit_price_cents, currency FROM products ORDER BY sku",
+        ),
     ]
     .into_iter()
     .map(|(table, query)| (table, env.sql(query)))
@@ -320,7 +324,7 @@ fn snapshot(env: &Env, with_last_use: bool) -> Vec<(&'static str, String)> {
 }
 
 /// Versions made after the shared list: applied on opening, never adopted.
-const AFTER_THE_SHARED_LIST: &[&str] = &["provider-sim/3"];
+const AFTER_THE_SHARED_LIST: &[&str] = &["orders/2", "provider-sim/3", "steps/1"];
 
 /// `component/version` of every bookkeeping row, each adopted (but those
 /// [`AFTER_THE_SHARED_LIST`], each applied).
@@ -393,7 +397,10 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
         db.pending_migrations().await.expect("pending"),
         Vec::<String>::new()
     );
-    assert_eq!(bookkeeping(&env), ["orders/1", "outbox/1", "records/1"]);
+    assert_eq!(
+        bookkeeping(&env),
+        ["orders/1", "orders/2", "outbox/1", "records/1", "steps/1"]
+    );
     assert_eq!(snapshot(&env, true), before);
 
     let sim = idemkey_provider_sim::store::Db::open(&env.url)
@@ -407,11 +414,13 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
         bookkeeping(&env),
         [
             "orders/1",
+            "orders/2",
             "outbox/1",
             "provider-sim/1",
             "provider-sim/2",
             "provider-sim/3",
-            "records/1"
+            "records/1",
+            "steps/1"
         ]
     );
     let charge = sim
@@ -434,7 +443,7 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
         .await
         .expect("opens again");
     assert!(db.pending_migrations().await.expect("pending").is_empty());
-    assert_eq!(env.count("idemkey_migrations"), 6);
+    assert_eq!(env.count("idemkey_migrations"), 8);
     assert_eq!(snapshot(&env, true), before);
 
     // The order route replays what that version stored, with its token.
