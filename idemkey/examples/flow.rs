@@ -1,14 +1,9 @@
-//! A purchase of three steps under one key, on SQLite: `reserve` (local
-//! SQL, undone if a later step fails for good), `charge` and `email`
-//! (external, each sent with its own derived key). The first request
-//! answers 202, the outbox worker runs the rest, a retry replays the final
+//! A purchase of three steps under one key, on SQLite: `reserve` (local SQL, undone if a
+//! later step fails for good), `charge` and `email` (external, each sent with its own derived
+//! key). The first request answers 202, the worker runs the rest, a retry replays the final
 //! answer, and each step ran once.
 //!
 //! `cargo run -p idemkey --features flow,sqlite --example flow`
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use idemkey::flow::{Attempt, External, Flow, FlowSettings, Flows, Local, StepError};
 use idemkey::idempotency::{RecordKey, Scope};
@@ -17,6 +12,9 @@ use idemkey::outbox::{Worker, WorkerSettings};
 use idemkey::store::{Db, StoreSettings};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Another system, deduplicating by `Idempotency-Key` as a provider does.
 type Provider = Arc<Mutex<HashMap<String, Value>>>;
@@ -74,8 +72,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lite.with_conn(move |c| Ok(c.execute_batch(ddl))).await??;
     }
     let provider = Provider::default();
-    let mut settings = FlowSettings::default();
-    settings.wait = Duration::ZERO; // answer 202 at once; the worker runs below
+    let wait = Duration::ZERO; // answer 202 at once; the worker runs below
+    let settings = FlowSettings {
+        wait,
+        ..Default::default()
+    };
     let flows = Flows::new(db.clone(), vec![purchase(&provider)], settings)?;
     let worker = flows.attach(Worker::new(db.clone(), WorkerSettings::default()));
     let operation = OperationId::from_static("POST /purchases:v1");

@@ -480,6 +480,29 @@ async fn a_dead_step_is_listed_and_retried_like_the_outbox(backend: &str) {
     assert_eq!(env.down.applied("charge:Run"), 1);
 }
 
+async fn ended_executions_are_trimmed_with_the_records(backend: &str) {
+    use idemkey::Records;
+    let env = env(backend).await;
+    let input = json!({ "sku": "none" });
+    // Out of stock: ended in its first transaction.
+    let (status, _) = body(&send(&env, "k-8", &input).await);
+    assert_eq!(status, 409);
+    let kept = env.db.trim(Duration::from_secs(3600), 100).await.unwrap();
+    assert_eq!(kept.deleted, 0, "inside the retention: kept");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let gone = env.db.trim(Duration::from_millis(1), 100).await.unwrap();
+    assert!(gone.deleted >= 1, "{gone:?}");
+    let running = send(&env, "k-9", &json!({ "sku": "tea" })).await;
+    assert_eq!(body(&running).0, 202);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    env.db.trim(Duration::from_millis(1), 100).await.unwrap();
+    let id = uuid::Uuid::parse_str(body(&running).1["id"].as_str().unwrap()).unwrap();
+    assert!(
+        env.flows.poll("acct-1", id).await.unwrap().is_some(),
+        "a running execution is never trimmed"
+    );
+}
+
 macro_rules! both {
     ($($name:ident),+) => {
         mod sqlite {
@@ -499,5 +522,6 @@ both!(
     decline_undoes_the_reservation,
     a_stale_worker_is_fenced_out,
     a_late_refusal_undoes_every_step_before_it_in_reverse,
-    a_dead_step_is_listed_and_retried_like_the_outbox
+    a_dead_step_is_listed_and_retried_like_the_outbox,
+    ended_executions_are_trimmed_with_the_records
 );

@@ -54,17 +54,20 @@ pub fn flow(client: Option<Arc<ProviderClient>>) -> Flow {
 }
 
 /// The purchases of `db`, answering within `wait`, waking `wake` (the
-/// process's outbox worker) when one starts or resumes.
+/// process's outbox worker) when one starts or resumes. A step's calls
+/// (a lookup, then the effect) are cut off after `call_timeout` as
+/// uncertain.
 pub fn flows(
     db: &Db,
     client: Option<Arc<ProviderClient>>,
     wait: std::time::Duration,
+    call_timeout: std::time::Duration,
     wake: Arc<Notify>,
 ) -> Result<Flows, StoreError> {
     let settings = FlowSettings {
         wait,
+        call_timeout,
         location_prefix: PURCHASES_PATH.to_owned(),
-        ..FlowSettings::default()
     };
     Ok(Flows::new(db.store(), vec![flow(client)], settings)?.with_waker(wake))
 }

@@ -108,9 +108,14 @@ impl AppState {
         let outbox_wake: Arc<tokio::sync::Notify> = Arc::default();
         // Without a provider here: this process starts purchases and
         // answers polls; a worker with a provider runs their steps.
-        let purchases =
-            crate::purchase::flows(&db, None, settings.purchase_wait, Arc::clone(&outbox_wake))
-                .ok();
+        let purchases = crate::purchase::flows(
+            &db,
+            None,
+            settings.purchase_wait,
+            idemkey::flow::FlowSettings::default().call_timeout,
+            Arc::clone(&outbox_wake),
+        )
+        .ok();
         Self {
             inner: Arc::new(Inner {
                 db,

@@ -152,7 +152,8 @@ pub enum Claimed {
 pub struct TrimReport {
     /// Completed records whose window is over, turned into tombstones.
     pub trimmed: u64,
-    /// Tombstones (and abandoned claims) past their retention, deleted.
+    /// Tombstones (and abandoned claims) past their retention, deleted;
+    /// with flows, also the executions that ended longer ago than it.
     pub deleted: u64,
 }
 

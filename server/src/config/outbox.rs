@@ -137,6 +137,8 @@ impl OutboxArgs {
             db,
             Some(Arc::clone(&client)),
             Duration::ZERO,
+            // A lookup, then the effect: inside the lease (`validate`).
+            self.payments_timeout * 2,
             Arc::clone(wake),
         )
         .map_err(|e| format!("purchases: {e}"))?;

@@ -52,6 +52,30 @@ const RESUME: &str = "UPDATE outbox SET available_at = statement_timestamp() \
      WHERE scope = $1::text AND resource_id = $2::text AND effect = 'flow-step' \
        AND status = 'pending' AND available_at > statement_timestamp()";
 
+const TRIM: &str = "DELETE FROM idemkey_flows WHERE id IN (
+        SELECT id FROM idemkey_flows
+        WHERE state IN ('done', 'failed')
+          AND updated_at < statement_timestamp() - $1::int8 * interval '1 millisecond'
+        LIMIT $2::int8
+        FOR UPDATE SKIP LOCKED)";
+
+/// Deletes up to `batch` executions that ended longer than `retention`
+/// ago (their steps with them), at the store's clock; how many.
+pub(crate) async fn trim(
+    client: &impl GenericClient,
+    tables: &Tables,
+    retention: std::time::Duration,
+    batch: u32,
+) -> Result<u64, StoreError> {
+    client
+        .execute(
+            &*tables.render_static(TRIM),
+            &[&crate::store::millis(retention), &i64::from(batch)],
+        )
+        .await
+        .map_err(db_error)
+}
+
 /// The journal on an open transaction.
 pub(crate) struct PgJournal<'a, 'c> {
     pub(crate) tx: &'a Transaction<'c>,

@@ -12,7 +12,7 @@ mod conninfo;
 mod db;
 mod error;
 #[cfg(feature = "flow")]
-mod flow;
+pub(crate) mod flow;
 #[cfg(feature = "outbox")]
 mod outbox;
 mod pooler;

@@ -245,7 +245,15 @@ impl Records for PgDb {
 
     async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
         let client = self.client().await?;
-        PgRecords::of(self, &**client).trim(retention, batch).await
+        #[allow(unused_mut)]
+        let mut report = PgRecords::of(self, &**client)
+            .trim(retention, batch)
+            .await?;
+        #[cfg(feature = "flow")]
+        {
+            report.deleted += super::flow::trim(&**client, self.tables(), retention, batch).await?;
+        }
+        Ok(report)
     }
 }
 

@@ -42,6 +42,29 @@ const RESUME: &str = "UPDATE outbox SET available_at = CAST(round(unixepoch('sub
      WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' AND status = 'pending' \
        AND available_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)";
 
+const TRIM: &str = "DELETE FROM idemkey_flows WHERE id IN (
+        SELECT id FROM idemkey_flows
+        WHERE state IN ('done', 'failed')
+          AND updated_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - ?1
+        LIMIT ?2)";
+
+/// Deletes up to `batch` executions that ended longer than `retention`
+/// ago (their steps with them, by the foreign key), at the store's clock;
+/// how many.
+pub(crate) fn trim(
+    conn: &Connection,
+    tables: &Tables,
+    retention: std::time::Duration,
+    batch: u32,
+) -> Result<u64, StoreError> {
+    conn.prepare_cached(&tables.render_static(TRIM))
+        .and_then(|mut stmt| {
+            stmt.execute(params![crate::store::millis(retention), i64::from(batch)])
+        })
+        .map(|n| n as u64)
+        .map_err(sqlite_error)
+}
+
 /// The journal on an open transaction.
 pub(crate) struct SqliteJournal<'a> {
     pub(crate) conn: &'a Connection,

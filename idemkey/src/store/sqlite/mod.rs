@@ -26,7 +26,7 @@
 mod connection;
 mod db;
 #[cfg(feature = "flow")]
-mod flow;
+pub(crate) mod flow;
 mod group_commit;
 mod migrate;
 #[cfg(feature = "outbox")]

@@ -301,7 +301,18 @@ impl Records for SqliteDb {
     }
 
     async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
-        self.in_write(move |r| r.trim_now(retention, batch)).await
+        #[cfg(feature = "flow")]
+        let tables = self.tables().clone();
+        self.in_write(move |r| {
+            #[allow(unused_mut)]
+            let mut report = r.trim_now(retention, batch)?;
+            #[cfg(feature = "flow")]
+            {
+                report.deleted += super::flow::trim(r.conn, &tables, retention, batch)?;
+            }
+            Ok(report)
+        })
+        .await
     }
 }
 

@@ -24,6 +24,8 @@ CREATE TABLE idemkey_flows (
 );
 CREATE INDEX idemkey_flows_key ON idemkey_flows (scope, operation, key, created_at);
 CREATE INDEX idemkey_flows_open ON idemkey_flows (updated_at) WHERE state IN ('running', 'compensating');
+-- The trim task deletes ended executions past the records' retention.
+CREATE INDEX idemkey_flows_ended ON idemkey_flows (updated_at) WHERE state IN ('done', 'failed');
 CREATE TABLE idemkey_steps (
     flow_id        uuid NOT NULL REFERENCES idemkey_flows (id) ON DELETE CASCADE,
     idx            integer NOT NULL CHECK (idx >= 0),
