@@ -17,6 +17,12 @@
 //! PostgreSQL and SQLite). `docs/protocol.md`
 //! states the properties, the bounds and how long the check takes.
 //!
+//! [`steps`] models the step journal of a multi-step operation (a flow of
+//! local and external steps run by outbox workers under leases, fenced
+//! recordings, compensation in reverse order) the same way, and exports
+//! its paths as the same [`Walk`]s: lists of events, for a replay against
+//! the library.
+//!
 //! ```
 //! use idemkey_core::ExpiryPolicy;
 //! use idemkey_model::{Bounds, Mode, Protocol};
@@ -34,9 +40,12 @@ mod model;
 pub mod properties;
 mod protocol;
 mod state;
+pub mod steps;
+mod verdict;
 mod walk;
 
 pub use bounds::{ATTEMPTS, Action, Bounds, Mode};
 pub use protocol::{Protocol, same_state};
 pub use state::{Answer, Client, Ghost, Phase, Redo, Rejection, Row, State, Status, fingerprint};
-pub use walk::{Walk, cover, covering, transition, transitions, walks};
+pub use verdict::{Broken, broken};
+pub use walk::{Transitions, Walk, cover, covering, transition, transitions, walks};

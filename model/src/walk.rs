@@ -1,7 +1,11 @@
-//! Seeded random walks through the model: a sample of the paths the
-//! checker explores, for replay against the real stores.
+//! Seeded random walks through a model: a sample of the paths the checker
+//! explores, for replay against the real stores. Generic over the model,
+//! so the records protocol ([`Protocol`]) and the step journal
+//! ([`crate::steps::StepJournal`]) export their paths the same way: the
+//! states visited and the actions (events) taken between them.
 
 use std::collections::BTreeSet;
+use std::fmt;
 
 use stateright::Model;
 
@@ -11,34 +15,63 @@ use crate::state::{Answer, Phase, State};
 
 /// One path: the states, and the action taken from each (the last state
 /// has none).
-#[derive(Clone, Debug)]
-pub struct Walk {
+pub struct Walk<M: Model = Protocol> {
     /// The states visited, starting with the initial one.
-    pub states: Vec<State>,
+    pub states: Vec<M::State>,
     /// `actions[i]` leads from `states[i]` to `states[i + 1]`.
-    pub actions: Vec<Action>,
+    pub actions: Vec<M::Action>,
 }
 
-impl Walk {
-    /// The path that `actions` take from the initial state, as far as each
-    /// action is one the model allows (a counterexample of another model
-    /// stops where this one disagrees).
-    pub fn follow(model: &Protocol, actions: &[Action]) -> Self {
-        let mut states = vec![model.init()];
+impl<M: Model> Clone for Walk<M>
+where
+    M::State: Clone,
+    M::Action: Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            states: self.states.clone(),
+            actions: self.actions.clone(),
+        }
+    }
+}
+
+impl<M: Model> fmt::Debug for Walk<M>
+where
+    M::State: fmt::Debug,
+    M::Action: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Walk")
+            .field("states", &self.states)
+            .field("actions", &self.actions)
+            .finish()
+    }
+}
+
+impl<M: Model> Walk<M>
+where
+    M::State: Clone,
+    M::Action: Clone + PartialEq,
+{
+    /// The path that `actions` take from the (first) initial state, as far
+    /// as each action is one the model allows (a counterexample of another
+    /// model stops where this one disagrees).
+    pub fn follow(model: &M, actions: &[M::Action]) -> Self {
+        let mut states = vec![first_state(model)];
         let mut taken = Vec::new();
-        for &action in actions {
+        for action in actions {
             let last = states.last().expect("the initial state");
             let mut allowed = Vec::new();
             model.actions(last, &mut allowed);
             let Some(next) = allowed
-                .contains(&action)
-                .then(|| model.next_state(last, action))
+                .contains(action)
+                .then(|| model.next_state(last, action.clone()))
                 .flatten()
             else {
                 break;
             };
             states.push(next);
-            taken.push(action);
+            taken.push(action.clone());
         }
         Self {
             states,
@@ -56,10 +89,18 @@ impl Walk {
     }
 }
 
+fn first_state<M: Model>(model: &M) -> M::State {
+    model
+        .init_states()
+        .into_iter()
+        .next()
+        .expect("a model has an initial state")
+}
+
 /// `count` walks of at most `steps` actions, each choosing among the
 /// enabled actions with a generator seeded by `seed` (the same seed gives
 /// the same walks).
-pub fn walks(model: &Protocol, seed: u64, count: usize, steps: usize) -> Vec<Walk> {
+pub fn walks<M: Model>(model: &M, seed: u64, count: usize, steps: usize) -> Vec<Walk<M>> {
     let mut rng = seed.max(1);
     let mut next = move || {
         // xorshift64: enough to pick among a dozen actions reproducibly.
@@ -71,7 +112,7 @@ pub fn walks(model: &Protocol, seed: u64, count: usize, steps: usize) -> Vec<Wal
     (0..count)
         .map(|_| {
             let mut walk = Walk {
-                states: vec![model.init()],
+                states: vec![first_state(model)],
                 actions: Vec::new(),
             };
             for _ in 0..steps {
@@ -88,6 +129,24 @@ pub fn walks(model: &Protocol, seed: u64, count: usize, steps: usize) -> Vec<Wal
             walk
         })
         .collect()
+}
+
+/// A model whose steps can be named, so a sample of walks can be chosen to
+/// cover more of them ([`cover`]).
+pub trait Transitions: Model {
+    /// What `action` did from `before` to `after`, or `None` for a step
+    /// not worth covering.
+    fn transition(
+        before: &Self::State,
+        action: &Self::Action,
+        after: &Self::State,
+    ) -> Option<String>;
+}
+
+impl Transitions for Protocol {
+    fn transition(before: &State, action: &Action, after: &State) -> Option<String> {
+        transition(before, *action, after)
+    }
 }
 
 /// What one step of a walk did to the protocol: the server's phase before
@@ -136,16 +195,22 @@ fn answer_kind(answer: Answer) -> String {
 }
 
 /// `count` walks picked from `pool` seeded random walks, each time the one
-/// that adds the most [`transition`]s not yet covered.
-pub fn covering(model: &Protocol, seed: u64, pool: usize, count: usize, steps: usize) -> Vec<Walk> {
+/// that adds the most [`Transitions::transition`]s not yet covered.
+pub fn covering<M: Transitions>(
+    model: &M,
+    seed: u64,
+    pool: usize,
+    count: usize,
+    steps: usize,
+) -> Vec<Walk<M>> {
     cover(walks(model, seed, pool, steps), count)
 }
 
 /// `count` walks picked from `pool`, each time the one that adds the most
-/// [`transition`]s not yet covered (e.g. from walks cut to what a store
-/// can follow).
-pub fn cover(pool: Vec<Walk>, count: usize) -> Vec<Walk> {
-    let mut candidates: Vec<(Walk, BTreeSet<String>)> = pool
+/// [`Transitions::transition`]s not yet covered (e.g. from walks cut to what
+/// a store can follow).
+pub fn cover<M: Transitions>(pool: Vec<Walk<M>>, count: usize) -> Vec<Walk<M>> {
+    let mut candidates: Vec<(Walk<M>, BTreeSet<String>)> = pool
         .into_iter()
         .map(|walk| {
             let seen = transitions(&walk);
@@ -169,10 +234,10 @@ pub fn cover(pool: Vec<Walk>, count: usize) -> Vec<Walk> {
 }
 
 /// The transitions `walk` makes.
-pub fn transitions(walk: &Walk) -> BTreeSet<String> {
+pub fn transitions<M: Transitions>(walk: &Walk<M>) -> BTreeSet<String> {
     walk.actions
         .iter()
         .enumerate()
-        .filter_map(|(i, &a)| transition(&walk.states[i], a, &walk.states[i + 1]))
+        .filter_map(|(i, a)| M::transition(&walk.states[i], a, &walk.states[i + 1]))
         .collect()
 }
