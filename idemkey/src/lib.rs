@@ -8,19 +8,20 @@
 //! applies it for every front end over any [`Records`]
 //! store.
 //!
-//! Three ways in, each behind its features:
+//! Four ways in, each behind its features:
 //!
 //! | you want | use | features |
 //! |---|---|---|
 //! | effects outside your database (a call to another service), any axum/tower app | `layer::IdempotencyLayer` (lease mode) | `layer` + a store: `postgres`, `sqlite` or `redis` |
 //! | your effect and the key's result in **one** transaction of your database | `in_transaction` | `postgres` or `sqlite` |
 //! | an effect that leaves your database, delivered at least once and deduplicated downstream | `outbox` and its `Worker` | `outbox` + `postgres` or `sqlite` |
+//! | one key for an operation of several steps in several systems, each step once, retries resuming | `flow::Flows` | `flow` + `postgres` or `sqlite` |
 //!
 //! `serve` adds a connection-capped accept loop, `clap` the settings'
 //! `ValueEnum`s.
 //!
-//! The library migrates only its own tables (`idempotency_records`, and
-//! `outbox` with that feature), optionally under a prefix
+//! The library migrates only its own tables (`idempotency_records`,
+//! `outbox` and the step journal with those features), optionally under a prefix
 //! ([`store::Tables`]); see [`store::migrations`].
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // A build without any store has nothing to call its store code with.

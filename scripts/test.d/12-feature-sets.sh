@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The library's feature sets as users pick them: each one alone must build
 # without warnings (a Layer-on-Redis service, a PostgreSQL in_transaction
-# service, an outbox on SQLite, none at all), so no code leans on a feature
-# it does not declare.
+# service, an outbox on SQLite, flows on either store, none at all), so no
+# code leans on a feature it does not declare.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}"
-for features in "" "layer,redis" "postgres" "postgres,layer" "sqlite,outbox" "layer,serve,sqlite"; do
+for features in "" "layer,redis" "postgres" "postgres,layer" "sqlite,outbox" "layer,serve,sqlite" "flow" "flow,postgres" "flow,sqlite"; do
     echo "idemkey --no-default-features --features [$features]"
     cargo clippy -q -p idemkey --no-default-features ${features:+--features "$features"} -- -D warnings
 done
