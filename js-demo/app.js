@@ -153,6 +153,9 @@ const client = await IdempotentClient.create({
   // Unset: the client reads the server's own window from its contract.
   replayWindowMs: params.has("replayWindowMs") ? Number(params.get("replayWindowMs")) : undefined,
   backgroundSync: SYNC_TAG,
+  // A purchase's key is looked up as a purchase (its own operation).
+  lookupPath: (key, operation) =>
+    `/operations/${encodeURIComponent(key)}${operation === PURCHASE_OPERATION ? "?operation=purchases" : ""}`,
 });
 
 function showAccount() {
