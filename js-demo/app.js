@@ -16,6 +16,15 @@
 // payment (pending, then charged or failed, delivered by the server's outbox
 // worker to the payment provider), polling GET /orders every second while a
 // payment is pending.
+//
+// The purchases panel buys in three steps under one key (POST /purchases,
+// through the same IdempotentClient: the key is stored before the first
+// send and resent on every retry; a 202 is the purchase accepted, in
+// progress), then polls GET /purchases/{id} every 300 ms until it ends and
+// shows each step (reserve, charge, confirm) moving, and the final answer
+// (201 paid, 402 declined with the reservation released, 409 out of stock).
+// The purchases this browser made are kept in localStorage, per account, so
+// a reload shows them and polls the unfinished ones again.
 import { IdempotentClient } from "./pkg/idempotent-client.js";
 import init, { defaultRetryPolicy, orderOperation, validateOrder } from "./pkg/idemkey_wasm.js";
 import { SYNC_TAG, saveAccounts } from "./worker-accounts.js";
@@ -25,6 +34,9 @@ const ACCOUNTS_KEY = "idemkey-demo-accounts";
 const ACCOUNTS_SOURCE_KEY = "idemkey-demo-accounts-source";
 const CURRENT_KEY = "idemkey-demo-account";
 const HISTORY_KEY = "idemkey-demo-keys";
+const PURCHASES_KEY = "idemkey-demo-purchases";
+/** The purchase's operation id (idemkey-core's PURCHASE_OPERATION): what the client fingerprints its body with. */
+const PURCHASE_OPERATION = "POST /purchases:v1";
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 
@@ -103,9 +115,21 @@ const fixedRandom = params.has("random") ? Number(params.get("random")) : null;
  * the order that has the reference.
  */
 const referenceConflicts = new Map();
-/** fetch, noting the reference conflicts that POST /orders answers. */
+/**
+ * POST /purchases answers, by the Idempotency-Key they answered: the status
+ * and the `Location` where the purchase is polled. A final refusal (402, 409)
+ * ends the client's operation without it; the page still polls the purchase
+ * to show its steps.
+ */
+const purchaseAnswers = new Map();
+/** fetch, noting the reference conflicts that POST /orders answers and where POST /purchases put each purchase. */
 async function noteConflicts(input, init) {
   const response = await fetch(input, init);
+  if (init?.method === "POST" && new URL(String(input), location.href).pathname === "/purchases") {
+    const key = new Headers(init.headers).get("Idempotency-Key");
+    const at = response.headers.get("Location");
+    if (key && at) purchaseAnswers.set(key, { status: response.status, location: at });
+  }
   if (init?.method === "POST" && response.status === 409) {
     try {
       const problem = await response.clone().json();
@@ -129,6 +153,9 @@ const client = await IdempotentClient.create({
   // Unset: the client reads the server's own window from its contract.
   replayWindowMs: params.has("replayWindowMs") ? Number(params.get("replayWindowMs")) : undefined,
   backgroundSync: SYNC_TAG,
+  // A purchase's key is looked up as a purchase (its own operation).
+  lookupPath: (key, operation) =>
+    `/operations/${encodeURIComponent(key)}${operation === PURCHASE_OPERATION ? "?operation=purchases" : ""}`,
 });
 
 function showAccount() {
@@ -152,6 +179,13 @@ showAccount();
 /** What the operations table shows, by key value. */
 const rows = new Map();
 let countdown = null;
+/**
+ * Which of the provider's switches this page armed last: "charge" (the
+ * provider's charges: an order's or a purchase's), "confirm" (its
+ * confirmations) or null. The provider keeps one switch: arming one
+ * replaces the other.
+ */
+let armed = null;
 
 function remember(id) {
   const keys = JSON.parse(localStorage.getItem(HISTORY_KEY) ?? "[]");
@@ -172,6 +206,7 @@ function view(op) {
       // a body that is not JSON: shown as "?"
     }
   }
+  row.kind = op.operation === PURCHASE_OPERATION ? "purchase" : "order";
   Object.assign(row, { attempts: op.attempts, nextAttemptAt: op.nextAttemptAt, final: false });
   if (op.decision) row.state = "needs-decision";
   else if (op.authHold) row.state = "needs-auth";
@@ -247,6 +282,10 @@ client.subscribe((event) => {
 function finalize(row, result) {
   row.final = true;
   row.state = result.state;
+  if (row.kind === "purchase") {
+    finalizePurchase(row, result);
+    return;
+  }
   if (result.state === "done") {
     row.status = result.status;
     row.replayed = result.replayed;
@@ -259,6 +298,35 @@ function finalize(row, result) {
     row.order = result.lookup.order?.split("/").pop();
   }
   refreshOrders();
+}
+
+/**
+ * A purchase's POST ended for the client: 202 (accepted, in progress), 201
+ * (it ended within the server's wait, or a replay), or a final refusal (402
+ * payment-declined, 409 out-of-stock). Each names the purchase (its body's
+ * id, or the Location the page noted), which is then shown and polled.
+ */
+function finalizePurchase(row, result) {
+  if (result.state === "done" || result.state === "stopped") row.status = result.status;
+  if (result.state === "done") row.replayed = result.replayed;
+  if (result.state === "stopped") row.problem = result.problem;
+  if (result.state === "reconciled") row.lookup = result.lookup;
+  const noted = purchaseAnswers.get(row.key);
+  const at = result.location ?? noted?.location ?? null;
+  const id = (result.state === "done" && typeof result.body?.id === "string" ? result.body.id : null) ?? at?.split("/").pop();
+  purchaseAnswers.delete(row.key);
+  if (!id) return;
+  row.purchase = id;
+  const purchase = trackPurchase({ id, key: row.key, scope: row.scope, sku: row.sku, quantity: row.quantity, createdAt: row.createdAt });
+  if (result.state === "done" && result.status === 202) {
+    log(`purchase ${short(id)}: 202 accepted, in progress${result.replayed ? " (replayed: resumed)" : ""}; polling GET /purchases/${short(id)}`);
+  } else if (result.state === "done" || result.state === "stopped") {
+    log(`purchase ${short(id)}: answered ${result.status} at once${result.problem ? ` ${result.problem.code}` : ""}`);
+  }
+  if (result.state === "done" && result.body && typeof result.body === "object" && Array.isArray(result.body.steps)) {
+    showPurchaseDocument(purchase, result.body);
+  }
+  pollPurchases();
 }
 
 /** HTML-escapes text from the server or from storage. */
@@ -309,6 +377,7 @@ function stateText(row) {
     case "needs-auth":
       return "held: sign in again (kept with its key)";
     case "done":
+      if (row.kind === "purchase" && row.status === 202) return `accepted: 202, in progress${row.replayed ? " (replayed)" : ""}`;
       return `done: ${row.status}${row.replayed ? " (replayed)" : ""}`;
     case "stopped":
       return `stopped: ${row.status}${row.problem ? ` ${row.problem.code}` : ""}`;
@@ -347,6 +416,7 @@ function render() {
     tr.dataset.key = row.id;
     tr.dataset.state = state;
     if (row.order) tr.dataset.order = row.order;
+    if (row.purchase) tr.dataset.purchase = row.purchase;
     const cells = [
       `<span class="key" title="${esc(row.key)}">${esc(short(row.id))}</span>`,
       held
@@ -354,7 +424,13 @@ function render() {
         : `${esc(row.sku ?? "?")} × ${esc(row.quantity ?? "?")}${row.reference ? ` ref <code>${esc(row.reference)}</code>` : ""}`,
       esc(row.attempts ?? 0),
       `<span class="state-${esc(state)}">${esc(stateText({ ...row, state }))}</span>`,
-      row.order ? `order <code>${esc(short(row.order))}</code>` : row.problem ? problemHtml(row.problem) : "",
+      row.purchase
+        ? `purchase <a href="#purchase-${esc(row.purchase)}"><code>${esc(short(row.purchase))}</code></a>${row.problem ? ` ${problemHtml(row.problem)}` : ""}`
+        : row.order
+          ? `order <code>${esc(short(row.order))}</code>`
+          : row.problem
+            ? problemHtml(row.problem)
+            : "",
     ];
     for (const html of cells) {
       const td = document.createElement("td");
@@ -428,7 +504,7 @@ function notePayment(order) {
   const id = short(order.id);
   if (payment.status === "charged") {
     log(`order ${id}: charged ${payment.charge_id} after ${payment.attempts} attempt(s)${payment.attempts > 1 ? " (a lost or failed answer was retried with the same provider key, or looked up by it)" : ""}`);
-    $("lose-charge-state").hidden = true;
+    showArmed(armed === "charge" ? null : armed);
   } else if (payment.status === "failed") {
     log(`order ${id}: payment failed after ${payment.attempts} attempt(s): ${payment.reason}`);
   } else {
@@ -518,6 +594,253 @@ async function refreshOrders() {
   refreshTimer = setTimeout(refreshOrders, pending ? PAYMENT_POLL_MS : IDLE_POLL_MS);
 }
 
+/** How often an unfinished purchase is polled (GET /purchases/{id}). */
+const PURCHASE_POLL_MS = 300;
+/** How many purchases this browser remembers (all accounts together). */
+const PURCHASE_LIMIT = 30;
+
+/**
+ * The purchases this browser made, by id: `{id, key, scope, sku, quantity,
+ * createdAt}` (kept in localStorage), plus what the last poll showed: `doc`
+ * (the state document), `ended`, `gone` (404), and `seen` (each step's last
+ * shown text, to log its changes).
+ */
+const purchases = new Map();
+
+/** The stored purchases: [{id, key, scope, sku, quantity, createdAt}]. */
+function storedPurchases() {
+  try {
+    const list = JSON.parse(localStorage.getItem(PURCHASES_KEY) ?? "[]");
+    return Array.isArray(list) ? list.filter((p) => p && typeof p.id === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+/** Adds this tab's purchases to the stored ones (another tab may have added its own). */
+function savePurchases() {
+  const byId = new Map(storedPurchases().map((p) => [p.id, p]));
+  for (const { id, key, scope, sku, quantity, createdAt } of purchases.values()) {
+    byId.set(id, { id, key, scope, sku, quantity, createdAt });
+  }
+  const list = [...byId.values()].sort((a, b) => a.createdAt - b.createdAt).slice(-PURCHASE_LIMIT);
+  localStorage.setItem(PURCHASES_KEY, JSON.stringify(list));
+}
+
+/** Purchases stored by earlier visits (or other tabs), shown and polled again. */
+function restorePurchases() {
+  for (const p of storedPurchases()) {
+    if (!purchases.has(p.id)) purchases.set(p.id, { ...p, doc: null, ended: false, restored: true, seen: new Map() });
+  }
+}
+
+/** Shows and polls purchase `p` (kept in this browser). */
+function trackPurchase(p) {
+  let purchase = purchases.get(p.id);
+  if (!purchase) {
+    purchase = { ...p, createdAt: p.createdAt ?? Date.now(), doc: null, ended: false, restored: false, seen: new Map() };
+    purchases.set(p.id, purchase);
+    savePurchases();
+  }
+  renderPurchases();
+  return purchase;
+}
+
+/** The signed-in account's purchases, newest first. */
+function currentPurchases() {
+  const scope = current?.scope ?? "";
+  return [...purchases.values()].filter((p) => p.scope === scope).sort((a, b) => b.createdAt - a.createdAt);
+}
+
+/**
+ * A step that is running again after an attempt that may have reached the
+ * provider (its answer was lost, or it failed): the worker's next attempt
+ * looks the effect up by the step's key before it sends anything again.
+ */
+function uncertain(step) {
+  return step.state === "running" && (step.attempts ?? 0) > 1;
+}
+
+/** What a step's state means, for people. */
+function stepDetail(step) {
+  const tries = step.attempts ? `${step.attempts} attempt${step.attempts === 1 ? "" : "s"}` : "";
+  if (uncertain(step)) return `attempt ${step.attempts}: an earlier attempt may have reached the provider, so it is looked up by the step's key before any resend`;
+  switch (step.state) {
+    case "pending":
+      return "waiting for the step before it";
+    case "running":
+      return tries ? `attempt ${step.attempts}` : "starting";
+    case "done":
+      return tries;
+    case "failed":
+      return `refused for good${tries ? `, ${tries}` : ""}`;
+    case "compensating":
+      return "being undone";
+    case "compensated":
+      return step.name === "reserve" ? "undone: the reservation was released" : "undone";
+    case "dead":
+      return "out of attempts: an operator retries it (outbox retry)";
+    default:
+      return tries;
+  }
+}
+
+/** The final answer of an ended purchase, for people. */
+function purchaseOutcome(purchase) {
+  const status = purchase.doc?.result_status;
+  const result = purchase.doc?.result ?? {};
+  if (status === 201) {
+    const amount = Number.isInteger(result.amount_cents) && result.currency ? `${money(result.amount_cents, result.currency)}, ` : "";
+    return {
+      state: "paid",
+      html: `<span class="pay-charged">paid</span> (201): ${esc(amount)}charge <code class="charge-id">${esc(result.charge_id ?? "?")}</code>, confirmation <code class="confirmation-id">${esc(result.confirmation_id ?? "?")}</code>`,
+    };
+  }
+  if (status === 402) {
+    return {
+      state: "declined",
+      html: `<span class="pay-failed">declined</span> (402 <span class="reason" title="${esc(result.detail ?? "")}">${esc(result.code ?? "payment-declined")}</span>): the reservation was released, nothing was charged`,
+    };
+  }
+  if (status === 409 && result.code === "out-of-stock") {
+    return { state: "out-of-stock", html: `<span class="pay-failed">out of stock</span> (409 <span class="reason">out-of-stock</span>): nothing was reserved or charged` };
+  }
+  return { state: "ended", html: `<span class="problem">ended: ${esc(status)}${result.code ? ` ${esc(result.code)}` : ""}</span>` };
+}
+
+/** What the purchase is doing now, for its heading. */
+function purchaseProgress(doc) {
+  if (!doc) return "waiting for its first poll";
+  if (doc.state === "compensating") return `undoing its steps (${doc.step ?? "…"})`;
+  if (doc.state === "running") return `running: ${doc.step ?? "…"}`;
+  return doc.state;
+}
+
+/** Takes a state document (the 202's, or a poll's) and logs what changed. */
+function showPurchaseDocument(purchase, doc) {
+  const quiet = purchase.restored && purchase.doc === null;
+  purchase.doc = doc;
+  for (const step of Array.isArray(doc.steps) ? doc.steps : []) {
+    const label = uncertain(step) ? "uncertain" : step.state;
+    const text = `${label}${step.attempts ? ` (attempt ${step.attempts})` : ""}`;
+    const before = purchase.seen.get(step.name);
+    purchase.seen.set(step.name, text);
+    if (before === text || quiet || (before === undefined && step.state === "pending")) continue;
+    log(`purchase ${short(purchase.id)}: ${step.name} ${text}${uncertain(step) ? ": looked up by the step's key before any resend" : ""}`);
+    if (step.state === "done" && armed === step.name) showArmed(null);
+  }
+  if (doc.result_status !== undefined && !purchase.ended) {
+    purchase.ended = true;
+    if (!quiet) {
+      const outcome = purchaseOutcome(purchase);
+      log(`purchase ${short(purchase.id)}: ended ${doc.result_status} (${outcome.state})`);
+    }
+  }
+}
+
+/** One poll of `purchase`, with the credentials of the account it belongs to (else not at all). */
+async function pollPurchase(purchase) {
+  if (purchase.scope !== (current?.scope ?? "")) return;
+  let response;
+  try {
+    response = await fetch(`/purchases/${encodeURIComponent(purchase.id)}`, { headers: auth(), cache: "no-store" });
+  } catch {
+    return; // the server is away: the next poll tries again
+  }
+  if (response.status === 404) {
+    purchase.ended = true;
+    purchase.gone = true;
+    log(`purchase ${short(purchase.id)}: not on this server any more (404)`);
+    return;
+  }
+  if (response.status !== 200) return;
+  try {
+    showPurchaseDocument(purchase, await response.json());
+  } catch {
+    // not a state document: the next poll tries again
+  }
+}
+
+let pollTimer = null;
+let polling = false;
+let pollAgain = false;
+
+/** Polls the signed-in account's unfinished purchases now, then every 300 ms while any is unfinished. */
+async function pollPurchases() {
+  if (polling) {
+    pollAgain = true;
+    return;
+  }
+  polling = true;
+  clearTimeout(pollTimer);
+  try {
+    for (const purchase of currentPurchases()) {
+      if (!purchase.ended || !purchase.doc) {
+        if (!purchase.gone) await pollPurchase(purchase);
+      }
+    }
+  } finally {
+    polling = false;
+  }
+  renderPurchases();
+  if (pollAgain) {
+    pollAgain = false;
+    pollPurchases();
+    return;
+  }
+  if (currentPurchases().some((p) => !p.gone && (!p.ended || !p.doc))) pollTimer = setTimeout(pollPurchases, PURCHASE_POLL_MS);
+}
+
+/** The purchases panel: each purchase with its three steps and its final answer. */
+function renderPurchases() {
+  const list = currentPurchases();
+  $("purchase-count").textContent = String(list.length);
+  $("purchases-empty").hidden = list.length > 0;
+  const ul = $("purchases");
+  ul.replaceChildren();
+  for (const purchase of list) {
+    const doc = purchase.doc;
+    const li = document.createElement("li");
+    li.id = `purchase-${purchase.id}`;
+    li.dataset.purchaseId = purchase.id;
+    li.dataset.state = purchase.gone ? "gone" : (doc?.state ?? "waiting");
+    const outcome = doc && doc.result_status !== undefined ? purchaseOutcome(purchase) : null;
+    if (outcome) {
+      li.dataset.resultStatus = String(doc.result_status);
+      li.dataset.outcome = outcome.state;
+    }
+    const progress = purchase.gone ? "not on this server any more" : outcome ? "ended" : purchaseProgress(doc);
+    const head = document.createElement("div");
+    head.className = "purchase-head";
+    head.innerHTML = `<code>${esc(purchase.id)}</code> ${esc(purchase.sku ?? "?")} × ${esc(purchase.quantity ?? "?")} · <span class="purchase-state state-${esc(li.dataset.state)}">${esc(progress)}</span> <span class="muted">key <span class="key" title="${esc(purchase.key ?? "")}">${esc(short(String(purchase.key ?? "").replaceAll('"', "")))}</span></span>`;
+    li.append(head);
+    if (doc && Array.isArray(doc.steps)) {
+      const steps = document.createElement("ol");
+      steps.className = "steps";
+      steps.setAttribute("aria-label", "Steps");
+      for (const step of doc.steps) {
+        const item = document.createElement("li");
+        const label = uncertain(step) ? "uncertain" : step.state;
+        item.dataset.step = step.name;
+        item.dataset.state = step.state;
+        if (step.attempts !== undefined) item.dataset.attempts = String(step.attempts);
+        if (uncertain(step)) item.dataset.uncertain = "true";
+        const detail = stepDetail(step);
+        item.innerHTML = `<span class="step"><span class="step-name">${esc(step.name)}</span> <span class="step-state step-${esc(label)}">${esc(label)}</span>${detail ? ` <small>${esc(detail)}</small>` : ""}</span>`;
+        steps.append(item);
+      }
+      li.append(steps);
+    }
+    if (outcome) {
+      const result = document.createElement("p");
+      result.className = "purchase-result";
+      result.innerHTML = outcome.html;
+      li.append(result);
+    }
+    ul.append(li);
+  }
+}
+
 $("switch-account").addEventListener("change", async (event) => {
   const next = accounts.find((a) => a.name === event.target.value);
   if (!next || next === current) return;
@@ -529,6 +852,8 @@ $("switch-account").addEventListener("change", async (event) => {
   for (const op of await client.pending()) view(op);
   render();
   refreshOrders();
+  renderPurchases();
+  pollPurchases();
   client.accountChanged().catch((err) => log(`error: ${err.message}`));
 });
 
@@ -543,6 +868,16 @@ $("lose").addEventListener("change", async (event) => {
   }
 });
 
+/** Shows which provider switch is armed (one at a time, as at the provider). */
+function showArmed(step) {
+  armed = step;
+  $("lose-charge-state").hidden = step !== "charge";
+  $("lose-step-charge-state").hidden = step !== "charge";
+  $("lose-step-confirm-state").hidden = step !== "confirm";
+}
+
+const NO_PROVIDER = "no payment provider to switch (start the demo with ./scripts/run.sh, or serve --demo --payments-url)";
+
 $("lose-charge").addEventListener("click", async () => {
   let response = null;
   try {
@@ -551,12 +886,35 @@ $("lose-charge").addEventListener("click", async () => {
     // the server is away
   }
   if (response?.ok) {
-    $("lose-charge-state").hidden = false;
+    showArmed("charge");
     log("armed: the payment provider charges the next order, then loses its answer; the delivery worker looks the charge up by its key");
   } else {
-    log("no payment provider to switch (start the demo with ./scripts/run.sh, or serve --demo --payments-url)");
+    log(NO_PROVIDER);
   }
 });
+
+/** What arming each purchase step's switch does, for the log. */
+const ARMED_TEXT = {
+  charge: "armed: the payment provider makes the next charge (a purchase's or an order's), then loses its answer; the step's next attempt looks the charge up by the step's key",
+  confirm: "armed: the provider's mail sink sends the next confirmation, then loses its answer; the confirm step's next attempt looks the confirmation up by the step's key",
+};
+
+for (const step of ["charge", "confirm"]) {
+  $(`lose-step-${step}`).addEventListener("click", async () => {
+    let response = null;
+    try {
+      response = await fetch(`/demo/lose-next-step-response?step=${step}`, { method: "POST", cache: "no-store" });
+    } catch {
+      // the server is away
+    }
+    if (response?.ok) {
+      showArmed(step);
+      log(ARMED_TEXT[step]);
+    } else {
+      log(NO_PROVIDER);
+    }
+  });
+}
 
 $("buy-form").addEventListener("submit", (event) => {
   event.preventDefault();
@@ -574,6 +932,23 @@ $("buy-form").addEventListener("submit", (event) => {
   client.submit({ url: "/orders", body, operation: orderOperation() }).catch((err) => log(`error: ${err.message}`));
 });
 
+$("purchase-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const body = JSON.stringify({ sku: $("purchase-sku").value, quantity: Number($("purchase-quantity").value) });
+  try {
+    // The same contract as an order's body, checked before a key is spent.
+    validateOrder(body);
+  } catch (err) {
+    $("purchase-error").hidden = false;
+    $("purchase-error").textContent = err.problem?.errors?.map((e) => `${e.pointer} ${e.detail}`).join("; ") ?? err.message;
+    return;
+  }
+  $("purchase-error").hidden = true;
+  // One key for the whole purchase, stored before the first send and
+  // resent on every retry; a 202 ends the client's part (in progress).
+  client.submit({ url: "/purchases", body, operation: PURCHASE_OPERATION }).catch((err) => log(`error: ${err.message}`));
+});
+
 // Pending operations from an earlier visit (or another tab) are resumed;
 // the client resumes them again on `online`. The page has just read this
 // start's tokens: for the client that is a sign-in, so operations a 401 held
@@ -582,5 +957,8 @@ $("buy-form").addEventListener("submit", (event) => {
 for (const op of await client.pending()) view(op);
 render();
 refreshOrders();
+restorePurchases();
+renderPurchases();
+pollPurchases();
 client.accountChanged().catch((err) => log(`error: ${err.message}`));
-window.idemkeyDemo = { client, rows, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name };
+window.idemkeyDemo = { client, rows, purchases, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name };

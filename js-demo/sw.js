@@ -27,6 +27,9 @@ async function finishPending() {
       const client = await IdempotentClient.create({
         scope: account.scope,
         headers: () => ({ Authorization: `Bearer ${account.token}` }),
+        // As the page does: a purchase's key is looked up as a purchase.
+        lookupPath: (key, operation) =>
+          `/operations/${encodeURIComponent(key)}${operation === "POST /purchases:v1" ? "?operation=purchases" : ""}`,
       });
       // Waits for the lock of an operation a page is still sending, then
       // finds it finished there.

@@ -10,7 +10,9 @@
 #     this start (passed in the environment, never on a command line);
 #   - the order service with its demo on the embedded SQLite store
 #     (./idemkey.db), on http://127.0.0.1:3000/, delivering each order's
-#     charge to that provider with that secret.
+#     charge (and each purchase's charge and confirmation) to that provider
+#     with that secret; the provider answers after 300 ms and purchases
+#     answer 202 at once, so the page shows their steps moving.
 # The demo account's token (a new one at each start, the previous one
 # revoked) is printed at start-up. Stop with Ctrl-C: it stops both.
 set -euo pipefail
@@ -37,7 +39,10 @@ trap 'stop; exit 143' TERM
 secret=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
 provider_log=idemkey-provider.log
 : >"$provider_log"
-IDEMKEY_PROVIDER_TOKENS="$secret" NO_COLOR=1 "$bin" provider --bind 127.0.0.1:0 \
+# A provider that takes 300 ms per call, and a server that answers a
+# purchase's 202 at once (through the environment, so a caller's own
+# `--purchase-wait` still wins): the demo's steps are seen moving.
+IDEMKEY_PROVIDER_TOKENS="$secret" NO_COLOR=1 "$bin" provider --bind 127.0.0.1:0 --latency-ms 300 \
     --database-url sqlite://idemkey-provider.db >>"$provider_log" 2>&1 &
 pids+=("$!")
 provider_url=
@@ -54,7 +59,8 @@ done
 [[ -n "$provider_url" ]] || { echo "run.sh: the payment provider did not start in 30 s (see $provider_log)" >&2; exit 1; }
 echo "payment provider simulator on $provider_url (log: $provider_log)"
 
-IDEMKEY_PAYMENTS_TOKEN="$secret" "$bin" serve --demo --payments-url "$provider_url" "$@" &
+IDEMKEY_PURCHASE_WAIT="${IDEMKEY_PURCHASE_WAIT:-0s}" IDEMKEY_PAYMENTS_TOKEN="$secret" \
+    "$bin" serve --demo --payments-url "$provider_url" "$@" &
 pids+=("$!")
 # The demo ends when either process does; the trap stops the other.
 wait -n

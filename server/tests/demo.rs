@@ -5,7 +5,10 @@
 #[macro_use]
 mod common;
 
+use std::time::Duration;
+
 use common::{BODY, Backend, Env, Server, new_key, refused_at_start};
+use idemkey_server::payments::client::{Effect, ProviderClient};
 
 /// A directory with the demo's page.
 struct Site(std::path::PathBuf);
@@ -137,7 +140,7 @@ async fn an_existing_account_named_demo_gets_no_token(backend: Backend) {
     assert_eq!(mine.json()["orders"].as_array().map(Vec::len), Some(0));
 }
 
-/// `/demo/*` answers only its own page: a cross-site POST to the switch is
+/// `/demo/*` answers only its own page: a cross-site POST to a switch is
 /// refused (and arms nothing), by Fetch Metadata, by Origin, or by a Host
 /// that is not a loopback name (DNS rebinding); the same page's POST and a
 /// tool without Origin are accepted; the token endpoints are guarded alike.
@@ -163,6 +166,10 @@ async fn cross_site_requests_to_the_demo_are_refused(backend: Backend) {
             (
                 "POST",
                 format!("{}/demo/lose-next-charge-response", server.base),
+            ),
+            (
+                "POST",
+                format!("{}/demo/lose-next-step-response?step=confirm", server.base),
             ),
             ("GET", format!("{}/demo/tokens", server.base)),
             ("GET", format!("{}/demo/token", server.base)),
@@ -323,7 +330,161 @@ async fn the_charge_switch_arms_the_provider_and_the_order_is_charged_once(backe
     assert_eq!(of_order[0]["id"], payment["charge_id"]);
 }
 
+/// `POST {path}` from the page (no credentials).
+async fn arm(server: &Server, path: &str) -> common::Reply {
+    let response = server
+        .client
+        .post(format!("{}{path}", server.base))
+        .send()
+        .await
+        .expect("send");
+    common::Reply::from(response).await
+}
+
+fn delivered<T: std::fmt::Debug>(effect: Effect<T>) -> T {
+    match effect {
+        Effect::Delivered(found) => found,
+        other => panic!("expected a delivered effect, got {other:?}"),
+    }
+}
+
+fn lost<T: std::fmt::Debug>(effect: Effect<T>) {
+    assert!(
+        matches!(effect, Effect::Uncertain { .. }),
+        "expected a lost answer, got {effect:?}"
+    );
+}
+
+/// The per-step switch (`POST /demo/lose-next-step-response?step=`):
+/// refused cross-site (above), 400 for a step without a switch, 404 without
+/// a provider, 503 when the provider refuses the secret; armed, it forwards
+/// its step's endpoint to the provider's `POST /faults/lose-next`, so only
+/// that endpoint's next effect loses its answer (the charge switch, kept,
+/// now names `charges` too). Then a purchase with the confirmation's answer
+/// lost still ends with one confirmation, its `confirm` step retried.
+async fn the_step_switch_forwards_its_endpoint_and_the_purchase_confirms_once(backend: Backend) {
+    let env = Env::new(backend);
+    let site = Site::new();
+    let provider = Server::provider(&["--database-url", &env.url, "--token", PROVIDER_SECRET]);
+    let with_secret = |secret: &str| {
+        site.serve_with(
+            &env,
+            &["--payments-url", &provider.base, "--payments-token", secret],
+        )
+    };
+    let confirm = "/demo/lose-next-step-response?step=confirm";
+    let alone = site.serve(&env);
+    arm(&alone, confirm).await.assert_problem(404, "not-found");
+    drop(alone);
+    let refused = with_secret("not-the-secret");
+    arm(&refused, confirm)
+        .await
+        .assert_problem(503, "service-unavailable");
+    drop(refused);
+
+    let server = with_secret(PROVIDER_SECRET);
+    for path in [
+        "/demo/lose-next-step-response",
+        "/demo/lose-next-step-response?step=",
+        "/demo/lose-next-step-response?step=reserve",
+        "/demo/lose-next-step-response?step=confirmations",
+    ] {
+        arm(&server, path)
+            .await
+            .assert_problem(400, "request-invalid");
+    }
+    let client = ProviderClient::new(&provider.base, PROVIDER_SECRET, Duration::from_secs(10))
+        .expect("a client");
+    let key = || new_key().trim_matches('"').to_owned();
+    let order = uuid::Uuid::new_v4();
+    let recipient = "demo@example.invalid";
+
+    // step=confirm: a charge is answered, the next confirmation is lost
+    // (it committed: the lookup by its key finds it).
+    let armed = arm(&server, confirm).await;
+    assert_eq!(armed.status, 200, "{}", armed.body);
+    assert_eq!(
+        armed.json(),
+        serde_json::json!({"armed": true, "step": "confirm", "endpoint": "confirmations"})
+    );
+    delivered(client.charge_effect(&key(), order, 990, "EUR").await);
+    let k = key();
+    lost(client.confirm(&k, order, recipient, "lost").await);
+    assert!(delivered(client.lookup_confirmation(&k).await).is_for(order, recipient));
+
+    // step=charge, and the older charge switch: a confirmation is answered,
+    // the next charge is lost.
+    for (path, body) in [
+        (
+            "/demo/lose-next-step-response?step=charge",
+            serde_json::json!({"armed": true, "step": "charge", "endpoint": "charges"}),
+        ),
+        (
+            "/demo/lose-next-charge-response",
+            serde_json::json!({"armed": true}),
+        ),
+    ] {
+        let armed = arm(&server, path).await;
+        assert_eq!((armed.status, armed.json()), (200, body), "{path}");
+        delivered(client.confirm(&key(), order, recipient, "answered").await);
+        let k = key();
+        lost(client.charge_effect(&k, order, 990, "EUR").await);
+        assert!(delivered(client.lookup_charge(&k).await).is_for(order, 990, "EUR"));
+    }
+
+    // A purchase with the confirmation's answer lost: done, one
+    // confirmation of it at the provider, its confirm step attempted twice.
+    let token = demo_tokens(&server).await[0].1.clone();
+    assert_eq!(arm(&server, confirm).await.status, 200);
+    let started = server
+        .post_purchase(&token, &new_key(), r#"{"sku":"TAZA-01","quantity":1}"#)
+        .await;
+    assert!(
+        [201, 202].contains(&started.status),
+        "{}: {}",
+        started.status,
+        started.body
+    );
+    let location = started.header("location").expect("a Location").to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let ended = loop {
+        let polled = server.get(&token, &location).await;
+        assert_eq!(polled.status, 200, "{}", polled.body);
+        let document = polled.json();
+        if document.get("result_status").is_some() {
+            break document;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running: {document}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended["result_status"], 201, "{ended}");
+    let steps = ended["steps"].as_array().unwrap();
+    assert_eq!(steps[2]["name"], "confirm");
+    assert_eq!(steps[2]["state"], "done", "{ended}");
+    assert!(
+        steps[2]["attempts"].as_i64().unwrap() >= 2,
+        "the lost answer cost an attempt: {ended}"
+    );
+    let id = ended["id"].as_str().unwrap();
+    let confirmations = provider.get(PROVIDER_SECRET, "/confirmations").await.json();
+    let of_purchase: Vec<_> = confirmations["confirmations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["order_id"] == id)
+        .collect();
+    assert_eq!(of_purchase.len(), 1, "{confirmations}");
+    assert_eq!(
+        of_purchase[0]["id"], ended["result"]["confirmation_id"],
+        "{ended}"
+    );
+}
+
 on_each_backend!(
+    the_step_switch_forwards_its_endpoint_and_the_purchase_confirms_once,
     the_charge_switch_arms_the_provider_and_the_order_is_charged_once,
     an_existing_account_named_demo_gets_no_token,
     cross_site_requests_to_the_demo_are_refused,

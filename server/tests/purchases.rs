@@ -143,6 +143,24 @@ async fn a_purchase_runs_each_step_once_and_replays_its_answer() {
         );
         assert_eq!(stock(&env, "TAZA-01"), before - 3);
         assert!(listed(&provider, "/refunds", "refunds").await.is_empty());
+        // The key's lookup finds it as a purchase (its own operation), not
+        // as an order.
+        let looked = server
+            .get(&token, &format!("/operations/{key}?operation=purchases"))
+            .await
+            .json();
+        assert_eq!(looked["state"], "completed", "{looked}");
+        assert_eq!(looked["purchase"], format!("/purchases/{id}"));
+        assert_eq!(looked["operation"], "POST /purchases:v1");
+        let as_order = server
+            .get(&token, &format!("/operations/{key}"))
+            .await
+            .json();
+        assert_eq!(as_order["state"], "unknown", "{as_order}");
+        server
+            .get(&token, &format!("/operations/{key}?operation=refunds"))
+            .await
+            .assert_problem(400, "request-invalid");
         // Another body under the key: 422; another account: 404 for the id.
         post(&server, &token, &key, r#"{"sku":"TAZA-01","quantity":4}"#)
             .await

@@ -64,6 +64,8 @@ export interface OperationLookup {
   operation: string;
   state: "completed" | "expired" | "unknown" | "in_progress";
   order?: string;
+  /** The purchase's poll URL, for a lookup of `POST /purchases:v1`. */
+  purchase?: string;
   created_at?: string;
   replay_until?: string;
 }
@@ -148,8 +150,12 @@ export interface ClientOptions {
    * the work finishes after the tab is closed. Default: none.
    */
   backgroundSync?: string;
-  /** Lookup path of a key's operation. Default `/operations/${encodeURIComponent(keyValue)}`. */
-  lookupPath?: (keyValue: string) => string;
+  /**
+   * Lookup path of a key's operation, given the key and the operation id the
+   * request was submitted under (an API with several operations looks each
+   * up in its own place). Default `/operations/${encodeURIComponent(keyValue)}`.
+   */
+  lookupPath?: (keyValue: string, operation: string) => string;
   /** IndexedDB database name (and BroadcastChannel suffix). Default "idemkey". */
   dbName?: string;
   /** Where idemkey_wasm_bg.wasm is, if not next to idemkey_wasm.js (e.g. a bundler's asset URL). */

@@ -590,7 +590,7 @@ export class IdempotentClient {
     let lookup;
     let refused = null;
     try {
-      const response = await this.fetch(this.baseUrl + this.lookupPath(op.id), {
+      const response = await this.fetch(this.baseUrl + this.lookupPath(op.id, op.operation), {
         headers: credentials.headers,
         cache: "no-store",
         signal: AbortSignal.timeout(this.attemptTimeoutMs),

@@ -1,6 +1,6 @@
 //! Demo mode's endpoints (`/demo/*`): the one-shot "lose the next response"
-//! switches (the server's own, and the payment provider's through
-//! [`super::demo_provider`]) and the demo accounts' tokens, for the page
+//! switches (the server's own, and the payment provider's per purchase step
+//! through [`super::demo_provider`]) and the demo accounts' tokens, for the page
 //! served next to them.
 //! They need no authentication, so they answer only the demo's own page: a
 //! server in demo mode listens on a loopback address only (checked at
@@ -29,6 +29,10 @@ pub(super) fn router() -> Router<AppState> {
         .route(
             "/demo/lose-next-charge-response",
             post(super::demo_provider::lose_next_charge_response),
+        )
+        .route(
+            "/demo/lose-next-step-response",
+            post(super::demo_provider::lose_next_step_response),
         )
         .route("/demo/token", get(demo_token))
         .route("/demo/tokens", get(demo_tokens))

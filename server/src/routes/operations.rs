@@ -4,11 +4,12 @@
 //! answers during and after the replay window, for as long as the key's
 //! tombstone is kept, and never executes anything.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use idemkey_core::{
-    IdempotencyKey, KeyError, KeyProfile, LookupState, MAX_KEY_LEN, ORDER_OPERATION, Problem,
+    FieldError, IdempotencyKey, KeyError, KeyProfile, LookupState, MAX_KEY_LEN, ORDER_OPERATION,
+    OperationId, PURCHASE_OPERATION, Problem, ProblemCode,
 };
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use serde::Serialize;
@@ -96,9 +97,35 @@ struct OperationBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     order: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    purchase: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     created_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     replay_until: Option<String>,
+}
+
+/// Which operation a lookup asks about: `?operation=orders` (the default)
+/// or `?operation=purchases`; a key is scoped to its operation.
+#[derive(serde::Deserialize)]
+pub(super) struct Which {
+    operation: Option<String>,
+}
+
+impl Which {
+    fn operation(&self) -> Result<OperationId, Problem> {
+        match self.operation.as_deref() {
+            None | Some("orders") => Ok(ORDER_OPERATION),
+            Some("purchases") => Ok(PURCHASE_OPERATION),
+            Some(_) => Err(Problem::new(
+                ProblemCode::RequestInvalid,
+                "The operation query parameter names orders or purchases.",
+            )
+            .with_errors(vec![FieldError::new(
+                "/operation",
+                "must be orders or purchases",
+            )])),
+        }
+    }
 }
 
 /// `GET /operations/{key}`.
@@ -106,15 +133,17 @@ pub(super) async fn show(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(segment): Path<String>,
+    Query(which): Query<Which>,
 ) -> Result<Response, ApiError> {
     let token = bearer_hash(&headers).ok_or_else(Problem::unauthorized)?;
     let key = key_from_segment(&segment, state.settings().key_profile)?;
+    let operation = which.operation()?;
     let read = authed(
         &state,
         token,
-        state.db().lookup(token, &ORDER_OPERATION, &key).await?,
+        state.db().lookup(token, &operation, &key).await?,
     )?;
-    let operation = ORDER_OPERATION;
+    let purchase = operation == PURCHASE_OPERATION;
     // The state at the database's clock, in the core's words.
     let lookup_state = LookupState::of(
         read.record
@@ -128,6 +157,7 @@ pub(super) async fn show(
             operation: operation.as_str(),
             state: lookup_state.as_str(),
             order: None,
+            purchase: None,
             created_at: None,
             replay_until: None,
         },
@@ -135,7 +165,22 @@ pub(super) async fn show(
             key: key.as_str(),
             operation: operation.as_str(),
             state: lookup_state.as_str(),
-            order: record.resource_id.map(|id| format!("/orders/{id}")),
+            order: (!purchase)
+                .then(|| {
+                    record
+                        .resource_id
+                        .as_ref()
+                        .map(|id| format!("/orders/{id}"))
+                })
+                .flatten(),
+            purchase: purchase
+                .then(|| {
+                    record
+                        .resource_id
+                        .as_ref()
+                        .map(|id| format!("/purchases/{id}"))
+                })
+                .flatten(),
             created_at: Some(rfc3339(record.created_at)),
             replay_until: record.replay_until.map(rfc3339),
         },
