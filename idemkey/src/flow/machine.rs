@@ -48,9 +48,11 @@ impl From<Action> for StepAction {
 pub(crate) trait Journal {
     /// A new execution, `running` at its first step.
     fn insert_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// The execution and its steps, locked until the transaction ends.
+    /// The execution (of `scope`) and its steps, locked until the
+    /// transaction ends.
     fn lock_flow(
         &self,
+        scope: &str,
         id: Uuid,
     ) -> impl Future<Output = Result<Option<FlowRow>, StoreError>> + Send;
     /// Settles `message` as delivered, if this claim still holds it.
@@ -62,13 +64,13 @@ pub(crate) trait Journal {
     /// Records a step (once: the primary key refuses a second recording).
     fn insert_step(
         &self,
-        flow: Uuid,
+        row: &FlowRow,
         step: &StepRow,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Marks a done step compensated; `false` when it was not `done`.
     fn compensated(
         &self,
-        flow: Uuid,
+        row: &FlowRow,
         idx: i32,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Writes the execution's state, position, failure and response.
@@ -172,7 +174,7 @@ pub(crate) async fn record<J: Journal>(
     asked: StepMessage,
     outcome: Outcome,
 ) -> Result<Recorded, StepError> {
-    let Some(mut row) = j.lock_flow(message_flow(message)?).await? else {
+    let Some(mut row) = j.lock_flow(&message.scope, message_flow(message)?).await? else {
         return Ok(Recorded::Fenced);
     };
     let expected = match asked.action {
@@ -240,7 +242,7 @@ pub(crate) async fn record<J: Journal>(
             refused(j, &mut row, idx, step.name, reason, attempts, sent_key).await?;
         }
         (Action::Compensate, Outcome::Done { .. }) => {
-            if !j.compensated(row.id, asked.step).await? {
+            if !j.compensated(&row, asked.step).await? {
                 return Ok(Recorded::Fenced);
             }
         }
@@ -278,7 +280,7 @@ async fn done<J: Journal>(
         attempts: i32::try_from(attempts).unwrap_or(i32::MAX),
         downstream_key: sent_key,
     };
-    j.insert_step(row.id, &step).await?;
+    j.insert_step(row, &step).await?;
     row.steps.push(step);
     row.position = row.position.saturating_add(1);
     Ok(())
@@ -301,7 +303,7 @@ async fn refused<J: Journal>(
         attempts: i32::try_from(attempts).unwrap_or(i32::MAX),
         downstream_key: sent_key,
     };
-    j.insert_step(row.id, &step).await?;
+    j.insert_step(row, &step).await?;
     row.steps.push(step);
     row.state = FlowState::Compensating;
     row.failed_step = Some(name.to_owned());
@@ -369,7 +371,7 @@ pub(crate) async fn proceed<J: Journal>(
                     Some(Kind::Local(local)) if inline => {
                         let ctx = context(flow, row, idx, StepAction::Compensate, 1, false);
                         j.run_local(local, true, ctx).await?;
-                        if !j.compensated(row.id, target).await? {
+                        if !j.compensated(row, target).await? {
                             return Err(StepError::Retry("the step to undo moved".into()));
                         }
                         if let Some(s) = row.steps.iter_mut().find(|s| s.idx == target) {

@@ -237,7 +237,7 @@ impl Flows {
         match (outcome, ran) {
             (Outcome::Executed(accepted), Some(id)) => {
                 self.wake.notify_waiters();
-                Ok(match self.settle_within(id).await? {
+                Ok(match self.settle_within(key.scope.as_str(), id).await? {
                     Some(view) if view.row.state.ended() => Outcome::Executed(view.response),
                     _ => Outcome::Executed(accepted),
                 })
@@ -262,7 +262,7 @@ impl Flows {
             return Ok(Outcome::Replayed(stored));
         };
         self.resume(scope, id).await?;
-        Ok(match self.settle_within(id).await? {
+        Ok(match self.settle_within(scope, id).await? {
             Some(view) => Outcome::Replayed(view.response),
             None => Outcome::Replayed(stored),
         })
@@ -271,11 +271,11 @@ impl Flows {
     /// Waits up to [`FlowSettings::wait`] for execution `id` to end,
     /// reading the journal at growing intervals (the worker may be another
     /// process's).
-    async fn settle_within(&self, id: Uuid) -> Result<Option<View>, StoreError> {
+    async fn settle_within(&self, scope: &str, id: Uuid) -> Result<Option<View>, StoreError> {
         let deadline = tokio::time::Instant::now() + self.settings.wait;
         let mut pause = Duration::from_millis(5);
         loop {
-            let view = self.view(id).await?;
+            let view = self.view(scope, id).await?;
             let ended = view.as_ref().is_none_or(|v| v.row.state.ended());
             let now = tokio::time::Instant::now();
             if ended || now >= deadline {
@@ -289,11 +289,11 @@ impl Flows {
     /// Execution `id` as `scope` may see it: `None` when it does not exist
     /// or is another scope's.
     pub async fn poll(&self, scope: &str, id: Uuid) -> Result<Option<View>, StoreError> {
-        Ok(self.view(id).await?.filter(|v| v.row.scope == scope))
+        self.view(scope, id).await
     }
 
-    async fn view(&self, id: Uuid) -> Result<Option<View>, StoreError> {
-        let Some(row) = self.load(id).await? else {
+    async fn view(&self, scope: &str, id: Uuid) -> Result<Option<View>, StoreError> {
+        let Some(row) = self.load(scope, id).await? else {
             return Ok(None);
         };
         let flow = self.flow(&row.flow)?;
@@ -314,8 +314,8 @@ impl Flows {
         }))
     }
 
-    async fn load(&self, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
-        sql!(&self.db, db => db.flow_load(id).await)
+    async fn load(&self, scope: &str, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+        sql!(&self.db, db => db.flow_load(scope, id).await)
     }
 
     async fn find(&self, scope: &str, op: &str, key: &str) -> Result<Option<Uuid>, StoreError> {
@@ -354,7 +354,7 @@ impl Flows {
                 None,
             ));
         };
-        let Some(row) = self.load(id).await? else {
+        let Some(row) = self.load(&message.scope, id).await? else {
             return Ok(again(Delivery::Refused("no such execution".into()), None));
         };
         let Ok(flow) = self.flow(&row.flow).cloned() else {

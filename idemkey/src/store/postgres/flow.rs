@@ -22,21 +22,21 @@ const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key,
      position, input) VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text, \
      $7::int4, $8::text)";
 const STEPS: &str = "SELECT idx, name, state, output, attempts, downstream_key FROM idemkey_steps \
-                     WHERE flow_id = $1::uuid ORDER BY idx";
+                     WHERE scope = $1::text AND flow_id = $2::uuid ORDER BY idx";
 const SETTLE: &str = "UPDATE outbox SET status = 'delivered', result = 'recorded', \
      downstream_key = $3::text, settled_at = statement_timestamp(), lease = NULL, \
      lease_until = NULL \
      WHERE scope = $4::text AND id = $1::int8 AND lease = $2::uuid AND status = 'pending'";
-const INSERT_STEP: &str = "INSERT INTO idemkey_steps (flow_id, idx, name, state, output, \
-     attempts, downstream_key) VALUES ($1::uuid, $2::int4, $3::text, $4::text, $5::text, \
-     $6::int4, $7::text)";
+const INSERT_STEP: &str = "INSERT INTO idemkey_steps (scope, flow_id, idx, name, state, output, \
+     attempts, downstream_key) VALUES ($8::text, $1::uuid, $2::int4, $3::text, $4::text, \
+     $5::text, $6::int4, $7::text)";
 const COMPENSATED: &str = "UPDATE idemkey_steps SET state = 'compensated', \
      compensated_at = statement_timestamp() \
-     WHERE flow_id = $1::uuid AND idx = $2::int4 AND state = 'done'";
+     WHERE scope = $3::text AND flow_id = $1::uuid AND idx = $2::int4 AND state = 'done'";
 const UPDATE_FLOW: &str = "UPDATE idemkey_flows SET state = $2::text, position = $3::int4, \
      failed_step = $4::text, error = $5::text, response_status = $6::int4, \
      response_headers = $7::text, response_body = $8::bytea, \
-     updated_at = statement_timestamp() WHERE id = $1::uuid";
+     updated_at = statement_timestamp() WHERE scope = $9::text AND id = $1::uuid";
 const ENQUEUE: &str = "INSERT INTO outbox (scope, operation, key, effect, resource_id, payload) \
      VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text)";
 const FINISH_RECORD: &str = "UPDATE idempotency_records SET response_status = $4::int4, \
@@ -52,8 +52,8 @@ const RESUME: &str = "UPDATE outbox SET available_at = statement_timestamp() \
      WHERE scope = $1::text AND resource_id = $2::text AND effect = 'flow-step' \
        AND status = 'pending' AND available_at > statement_timestamp()";
 
-const TRIM: &str = "DELETE FROM idemkey_flows WHERE id IN (
-        SELECT id FROM idemkey_flows
+const TRIM: &str = "DELETE FROM idemkey_flows WHERE (scope, id) IN (
+        SELECT scope, id FROM idemkey_flows
         WHERE state IN ('done', 'failed')
           AND updated_at < statement_timestamp() - $1::int8 * interval '1 millisecond'
         LIMIT $2::int8
@@ -117,15 +117,16 @@ fn flow_from_row(row: &Row) -> Result<FlowRow, StoreError> {
 async fn load(
     client: &impl GenericClient,
     tables: &Tables,
+    scope: &str,
     id: Uuid,
     lock: bool,
 ) -> Result<Option<FlowRow>, StoreError> {
     let sql = format!(
-        "SELECT {COLUMNS} FROM idemkey_flows WHERE id = $1::uuid{}",
+        "SELECT {COLUMNS} FROM idemkey_flows WHERE scope = $1::text AND id = $2::uuid{}",
         if lock { " FOR UPDATE" } else { "" }
     );
     let Some(row) = client
-        .query_opt(&tables.render(&sql), &[&id])
+        .query_opt(&tables.render(&sql), &[&scope, &id])
         .await
         .map_err(db_error)?
     else {
@@ -133,7 +134,7 @@ async fn load(
     };
     let mut flow = flow_from_row(&row)?;
     let steps = client
-        .query(&*tables.render_static(STEPS), &[&id])
+        .query(&*tables.render_static(STEPS), &[&scope, &id])
         .await
         .map_err(db_error)?;
     for step in &steps {
@@ -170,8 +171,8 @@ impl Journal for PgJournal<'_, '_> {
             .map_err(db_error)
     }
 
-    async fn lock_flow(&self, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
-        load(self.tx, self.tables, id, true).await
+    async fn lock_flow(&self, scope: &str, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+        load(self.tx, self.tables, scope, id, true).await
     }
 
     async fn settle(
@@ -190,18 +191,19 @@ impl Journal for PgJournal<'_, '_> {
         Ok(n == 1)
     }
 
-    async fn insert_step(&self, flow: Uuid, step: &StepRow) -> Result<(), StoreError> {
+    async fn insert_step(&self, row: &FlowRow, step: &StepRow) -> Result<(), StoreError> {
         self.tx
             .execute(
                 &*self.tables.render_static(INSERT_STEP),
                 &[
-                    &flow,
+                    &row.id,
                     &step.idx,
                     &step.name,
                     &step.state,
                     &step.output,
                     &step.attempts,
                     &step.downstream_key,
+                    &row.scope,
                 ],
             )
             .await
@@ -209,10 +211,13 @@ impl Journal for PgJournal<'_, '_> {
             .map_err(db_error)
     }
 
-    async fn compensated(&self, flow: Uuid, idx: i32) -> Result<bool, StoreError> {
+    async fn compensated(&self, row: &FlowRow, idx: i32) -> Result<bool, StoreError> {
         let n = self
             .tx
-            .execute(&*self.tables.render_static(COMPENSATED), &[&flow, &idx])
+            .execute(
+                &*self.tables.render_static(COMPENSATED),
+                &[&row.id, &idx, &row.scope],
+            )
             .await
             .map_err(db_error)?;
         Ok(n == 1)
@@ -234,6 +239,7 @@ impl Journal for PgJournal<'_, '_> {
                     &status,
                     &headers,
                     &body,
+                    &row.scope,
                 ],
             )
             .await
@@ -305,9 +311,13 @@ impl Journal for PgJournal<'_, '_> {
 }
 
 impl PgDb {
-    pub(crate) async fn flow_load(&self, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+    pub(crate) async fn flow_load(
+        &self,
+        scope: &str,
+        id: Uuid,
+    ) -> Result<Option<FlowRow>, StoreError> {
         let client = self.client().await?;
-        load(&**client, self.tables(), id, false).await
+        load(&**client, self.tables(), scope, id, false).await
     }
 
     pub(crate) async fn flow_find(

@@ -20,15 +20,17 @@ use crate::store::{StoreError, Tables};
 
 const NOW: &str = "CAST(round(unixepoch('subsec') * 1000) AS INTEGER)";
 const LOAD: &str = "SELECT id, scope, operation, key, flow, state, position, input, failed_step, \
-     error, response_status, response_headers, response_body FROM idemkey_flows WHERE id = ?1";
+     error, response_status, response_headers, response_body FROM idemkey_flows \
+     WHERE scope = ?1 AND id = ?2";
 const STEPS: &str = "SELECT idx, name, state, output, attempts, downstream_key FROM idemkey_steps \
-                     WHERE flow_id = ?1 ORDER BY idx";
+                     WHERE scope = ?1 AND flow_id = ?2 ORDER BY idx";
 const COMPENSATED: &str = "UPDATE idemkey_steps SET state = 'compensated', \
      compensated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) \
-     WHERE flow_id = ?1 AND idx = ?2 AND state = 'done'";
+     WHERE scope = ?3 AND flow_id = ?1 AND idx = ?2 AND state = 'done'";
 const UPDATE_FLOW: &str = "UPDATE idemkey_flows SET state = ?2, position = ?3, failed_step = ?4, \
      error = ?5, response_status = ?6, response_headers = ?7, response_body = ?8, \
-     updated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) WHERE id = ?1";
+     updated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) \
+     WHERE scope = ?9 AND id = ?1";
 const FINISH_RECORD: &str = "UPDATE idempotency_records SET response_status = ?4, \
      response_headers = ?5, response_body = ?6 \
      WHERE scope = ?1 AND operation = ?2 AND key = ?3 AND resource_id = ?7 \
@@ -42,8 +44,8 @@ const RESUME: &str = "UPDATE outbox SET available_at = CAST(round(unixepoch('sub
      WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' AND status = 'pending' \
        AND available_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)";
 
-const TRIM: &str = "DELETE FROM idemkey_flows WHERE id IN (
-        SELECT id FROM idemkey_flows
+const TRIM: &str = "DELETE FROM idemkey_flows WHERE rowid IN (
+        SELECT rowid FROM idemkey_flows
         WHERE state IN ('done', 'failed')
           AND updated_at < CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - ?1
         LIMIT ?2)";
@@ -106,11 +108,19 @@ fn flow_from_row(row: &Row<'_>) -> rusqlite::Result<(FlowRow, String)> {
     ))
 }
 
-fn load(conn: &Connection, tables: &Tables, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+fn load(
+    conn: &Connection,
+    tables: &Tables,
+    scope: &str,
+    id: Uuid,
+) -> Result<Option<FlowRow>, StoreError> {
     let id_text = id.to_string();
     let found = conn
         .prepare_cached(&tables.render_static(LOAD))
-        .and_then(|mut stmt| stmt.query_row([&id_text], flow_from_row).optional())
+        .and_then(|mut stmt| {
+            stmt.query_row(params![scope, id_text], flow_from_row)
+                .optional()
+        })
         .map_err(sqlite_error)?;
     let Some((mut flow, state)) = found else {
         return Ok(None);
@@ -123,7 +133,7 @@ fn load(conn: &Connection, tables: &Tables, id: Uuid) -> Result<Option<FlowRow>,
     flow.steps = conn
         .prepare_cached(&tables.render_static(STEPS))
         .and_then(|mut stmt| {
-            stmt.query_map([&id_text], |r| {
+            stmt.query_map(params![scope, id_text], |r| {
                 Ok(StepRow {
                     idx: r.get(0)?,
                     name: r.get(1)?,
@@ -176,9 +186,10 @@ impl Journal for SqliteJournal<'_> {
 
     fn lock_flow(
         &self,
+        scope: &str,
         id: Uuid,
     ) -> impl Future<Output = Result<Option<FlowRow>, StoreError>> + Send {
-        ready(load(self.conn, self.tables, id))
+        ready(load(self.conn, self.tables, scope, id))
     }
 
     fn settle(
@@ -204,25 +215,26 @@ impl Journal for SqliteJournal<'_> {
 
     fn insert_step(
         &self,
-        flow: Uuid,
+        row: &FlowRow,
         step: &StepRow,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         let sql = format!(
-            "INSERT INTO idemkey_steps (flow_id, idx, name, state, output, attempts, \
-             downstream_key, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, {NOW})"
+            "INSERT INTO idemkey_steps (scope, flow_id, idx, name, state, output, attempts, \
+             downstream_key, recorded_at) VALUES (?8, ?1, ?2, ?3, ?4, ?5, ?6, ?7, {NOW})"
         );
         ready(
             self.conn
                 .prepare_cached(&self.tables.render(&sql))
                 .and_then(|mut stmt| {
                     stmt.execute(params![
-                        flow.to_string(),
+                        row.id.to_string(),
                         step.idx,
                         step.name,
                         step.state,
                         step.output,
                         step.attempts,
-                        step.downstream_key
+                        step.downstream_key,
+                        row.scope
                     ])
                 })
                 .map(drop)
@@ -232,11 +244,11 @@ impl Journal for SqliteJournal<'_> {
 
     fn compensated(
         &self,
-        flow: Uuid,
+        row: &FlowRow,
         idx: i32,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         ready(
-            self.exec(COMPENSATED, params![flow.to_string(), idx])
+            self.exec(COMPENSATED, params![row.id.to_string(), idx, row.scope])
                 .map(|n| n == 1),
         )
     }
@@ -256,7 +268,8 @@ impl Journal for SqliteJournal<'_> {
                     row.error,
                     status,
                     headers,
-                    body
+                    body,
+                    row.scope
                 ],
             )
             .map(drop),
@@ -335,9 +348,15 @@ impl Journal for SqliteJournal<'_> {
 }
 
 impl SqliteDb {
-    pub(crate) async fn flow_load(&self, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
+    pub(crate) async fn flow_load(
+        &self,
+        scope: &str,
+        id: Uuid,
+    ) -> Result<Option<FlowRow>, StoreError> {
         let tables = self.tables().clone();
-        self.with_reader(move |conn| load(conn, &tables, id)).await
+        let scope = scope.to_owned();
+        self.with_reader(move |conn| load(conn, &tables, &scope, id))
+            .await
     }
 
     pub(crate) async fn flow_find(

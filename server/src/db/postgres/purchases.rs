@@ -18,7 +18,7 @@ const RESERVE: &str = "WITH taken AS (
     RETURNING amount_cents, currency";
 const RELEASE: &str = "WITH released AS (
         UPDATE reservations SET state = 'released', released_at = statement_timestamp()
-        WHERE id = $1::uuid AND state = 'reserved'
+        WHERE account_id = $2::uuid AND id = $1::uuid AND state = 'reserved'
         RETURNING sku, quantity)
     UPDATE products p SET stock = p.stock + r.quantity
     FROM released r WHERE p.sku = r.sku";
@@ -54,7 +54,10 @@ pub(crate) fn reserve<'t>(tx: &'t Transaction<'_>, ctx: StepContext) -> PgStepFu
 /// Releases the purchase's reservation (once: a released one stays so).
 pub(crate) fn release<'t>(tx: &'t Transaction<'_>, ctx: StepContext) -> PgStepFuture<'t> {
     Box::pin(async move {
-        tx.execute(RELEASE, &[&ctx.flow_id]).await.map_err(retry)?;
+        let account = Uuid::try_parse(&ctx.scope).map_err(|e| StepError::Retry(e.to_string()))?;
+        tx.execute(RELEASE, &[&ctx.flow_id, &account])
+            .await
+            .map_err(retry)?;
         Ok(serde_json::Value::Null)
     })
 }

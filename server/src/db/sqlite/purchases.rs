@@ -13,7 +13,7 @@ const INSERT: &str = "INSERT INTO reservations (id, account_id, sku, quantity, a
                       currency, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'reserved')";
 const RELEASE: &str = "UPDATE reservations SET state = 'released', \
      released_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) \
-     WHERE id = ?1 AND state = 'reserved' RETURNING sku, quantity";
+     WHERE account_id = ?2 AND id = ?1 AND state = 'reserved' RETURNING sku, quantity";
 const RESTOCK: &str = "UPDATE products SET stock = stock + ?2 WHERE sku = ?1";
 
 fn retry(err: rusqlite::Error) -> StepError {
@@ -55,8 +55,10 @@ pub(crate) fn release(conn: &Connection, ctx: StepContext) -> Result<Value, Step
     let released: Option<(String, i64)> = conn
         .prepare_cached(RELEASE)
         .and_then(|mut stmt| {
-            stmt.query_row([ctx.flow_id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
+            stmt.query_row(params![ctx.flow_id.to_string(), ctx.scope], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
         })
         .map_err(retry)?;
     if let Some((sku, quantity)) = released {

@@ -1,10 +1,11 @@
 -- Operations of several steps: one row per execution of a key whose
 -- operation declared a flow, and one row per step recorded. A step's row,
 -- its effects and the next step's outbox message commit together (the
--- recovery point); the primary key (flow_id, idx) makes a second recording
--- of one step impossible whatever a stale worker believes.
+-- recovery point); the primary key (scope, flow_id, idx) makes a second
+-- recording of one step impossible whatever a stale worker believes. Every
+-- key starts with the scope, as the records' do (distribution by account).
 CREATE TABLE idemkey_flows (
-    id               uuid PRIMARY KEY,
+    id               uuid NOT NULL,
     scope            text NOT NULL,
     operation        text NOT NULL,
     key              text NOT NULL,
@@ -20,6 +21,7 @@ CREATE TABLE idemkey_flows (
     response_body    bytea,
     created_at       timestamptz NOT NULL DEFAULT statement_timestamp(),
     updated_at       timestamptz NOT NULL DEFAULT statement_timestamp(),
+    PRIMARY KEY (scope, id),
     CHECK ((state IN ('done', 'failed')) = (response_status IS NOT NULL))
 );
 CREATE INDEX idemkey_flows_key ON idemkey_flows (scope, operation, key, created_at);
@@ -27,7 +29,8 @@ CREATE INDEX idemkey_flows_open ON idemkey_flows (updated_at) WHERE state IN ('r
 -- The trim task deletes ended executions past the records' retention.
 CREATE INDEX idemkey_flows_ended ON idemkey_flows (updated_at) WHERE state IN ('done', 'failed');
 CREATE TABLE idemkey_steps (
-    flow_id        uuid NOT NULL REFERENCES idemkey_flows (id) ON DELETE CASCADE,
+    scope          text NOT NULL,
+    flow_id        uuid NOT NULL,
     idx            integer NOT NULL CHECK (idx >= 0),
     name           text NOT NULL,
     state          text NOT NULL CHECK (state IN ('done', 'failed', 'compensated')),
@@ -36,5 +39,6 @@ CREATE TABLE idemkey_steps (
     downstream_key text,
     recorded_at    timestamptz NOT NULL DEFAULT statement_timestamp(),
     compensated_at timestamptz,
-    PRIMARY KEY (flow_id, idx)
+    PRIMARY KEY (scope, flow_id, idx),
+    FOREIGN KEY (scope, flow_id) REFERENCES idemkey_flows (scope, id) ON DELETE CASCADE
 );
