@@ -6,8 +6,9 @@
 //! kills, database crashes, a connection-cutting proxy, lock waits, a
 //! failover to a synchronous standby, hostile HTTP input, and in the
 //! `payments` scenario killed outbox workers and a payment provider that
-//! fails, loses responses and restarts); and a history
-//! checker that compares every answer the clients saw with what the
+//! fails, loses responses and restarts, and in `multi-step` purchases of
+//! several steps under one key through killed workers and servers); and a
+//! history checker that compares every answer the clients saw with what the
 //! database holds.
 //!
 //! Each scenario starts its own throwaway PostgreSQL (idemkey-testkit) and
@@ -20,6 +21,7 @@ pub mod checker;
 pub mod driver;
 pub mod hostile;
 mod kit;
+pub mod multistep;
 pub mod payments;
 pub mod payments_check;
 pub mod proxy;

@@ -22,7 +22,7 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
     /// Scenarios to run, or `all`: kill9, pg-immediate, proxy-cut, slow-db,
-    /// failover, hostile, sqlite-kill, clock-skew, payments.
+    /// failover, hostile, sqlite-kill, clock-skew, payments, multi-step.
     #[arg(required = true)]
     scenarios: Vec<String>,
 }

@@ -23,7 +23,7 @@ use crate::rng::Rng;
 use crate::servers::{ServerSet, server_bin};
 
 /// Every scenario, in the order `all` runs them.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     "kill9",
     "pg-immediate",
     "proxy-cut",
@@ -33,6 +33,7 @@ pub const ALL: [&str; 9] = [
     "sqlite-kill",
     "clock-skew",
     "payments",
+    "multi-step",
 ];
 
 /// Runs scenario `name`; `Err` when it could not be set up at all.
@@ -54,6 +55,7 @@ pub fn run_skipping(name: &str, size: Size, seed: u64, skip: &[&str]) -> Result<
         "sqlite-kill" => sqlite_kill(size, seed, &dir),
         "clock-skew" => clock_skew(size, seed, &dir),
         "payments" => crate::payments::run(size, seed, &dir),
+        "multi-step" => crate::multistep::run(size, seed, &dir),
         other => Err(format!("unknown scenario {other:?}; known: {ALL:?}")),
     };
     match &result {

@@ -91,3 +91,12 @@ fn clock_skew_loses_and_duplicates_nothing() {
 fn payments_charge_every_order_exactly_once() {
     small("payments");
 }
+
+/// Purchases of three steps under one key (reserve, charge, confirm) while
+/// the workers are killed, a server restarts and the provider loses
+/// answers: once settled, every step's effect once per purchase, declined
+/// ones released, stock exact, every client-seen answer the stored one.
+#[test]
+fn multi_step_runs_every_step_once_per_purchase() {
+    small("multi-step");
+}
