@@ -366,7 +366,11 @@ fn figures(facts: &PaymentFacts, by_status: &BTreeMap<String, u64>) -> Vec<Strin
 pub fn provider_log_counts(log: &str) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
     for line in log.lines() {
-        let label = if line.contains("fault: charge committed") {
+        // `effect committed` since the simulator has several effects;
+        // `charge committed` in its logs before.
+        let label = if line.contains("fault: effect committed")
+            || line.contains("fault: charge committed")
+        {
             "lost responses (charge committed, connection closed)".to_owned()
         } else if line.contains("fault: 503 before any effect") {
             "503 before any effect".to_owned()
@@ -576,6 +580,7 @@ mod tests {
         let log = "\
 2026-12-03T12:00:00Z  WARN idemkey_server::payments::faults: fault: 503 before any effect
 2026-12-03T12:00:00Z  WARN idemkey_server::payments::faults: fault: charge committed, closing the connection without a response
+2026-12-03T12:00:00Z  WARN idemkey_provider_sim::faults: fault: effect committed, closing the connection without a response
 2026-12-03T12:00:01Z  INFO idemkey_server::telemetry: request method=POST route=\"/charges\" status=201 latency_ms=3.1 replayed=false
 2026-12-03T12:00:01Z  INFO idemkey_server::telemetry: request method=GET route=\"/charges/{key}\" status=200 latency_ms=1.0 replayed=true
 ";
@@ -583,7 +588,7 @@ mod tests {
         assert_eq!(counts["503 before any effect"], 1);
         assert_eq!(
             counts["lost responses (charge committed, connection closed)"],
-            1
+            2
         );
         assert_eq!(counts["POST /charges 201"], 1);
         assert_eq!(counts["GET /charges/{key} 200 replayed"], 1);
