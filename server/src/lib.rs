@@ -47,6 +47,7 @@ pub mod purchase;
 pub mod replay_cache;
 pub mod router;
 pub mod routes;
+pub mod shown_clock;
 pub mod state;
 pub mod telemetry;
 pub mod token_usage;

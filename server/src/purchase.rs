@@ -39,7 +39,7 @@ pub const PURCHASES_PATH: &str = "/purchases/";
 pub fn flow(client: Option<Arc<ProviderClient>>) -> Flow {
     let (charge, refund, confirm) = (client.clone(), client.clone(), client);
     Flow::new(PURCHASE)
-        .local("reserve", crate::db::reservation::reserve_step())
+        .local("reserve", crate::db::reserve_step::reserve_step())
         .external(
             "charge",
             External::new(move |ctx| charge_step(charge.clone(), ctx))
@@ -223,12 +223,12 @@ fn done(ctx: &StepContext) -> StoredResponse {
 /// `402 payment-declined`, or the library's `409 operation-failed`.
 fn failed(ctx: &StepContext) -> StoredResponse {
     let Some(failure) = &ctx.failure else {
-        return idemkey::flow::state::failed_problem(ctx);
+        return idemkey::flow::failed_problem(ctx);
     };
     let problem = match failure.step.as_str() {
         "reserve" => Problem::out_of_stock(ctx.input["sku"].as_str().unwrap_or_default()),
         "charge" => Problem::payment_declined(&failure.reason),
-        _ => return idemkey::flow::state::failed_problem(ctx),
+        _ => return idemkey::flow::failed_problem(ctx),
     };
     let mut response = StoredResponse::new(problem.status(), problem.to_json());
     for (name, value) in problem.headers() {

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use idemkey::outbox::OutboxMetrics;
-use idemkey_core::{ExpiryPolicy, KeyProfile, UnixMillis};
+use idemkey_core::{ExpiryPolicy, KeyProfile};
 
 use crate::db::Db;
 use crate::{catalogue, probe_cache, replay_cache, token_usage};
@@ -58,12 +58,7 @@ impl Default for Settings {
     }
 }
 
-/// The application server's clock, read only for what is shown (an
-/// order's `created_at`): leases, windows, take-overs, re-execution and
-/// trim are all decided at the database's clock.
-pub fn display_now() -> UnixMillis {
-    idemkey::store::from_system_time(SystemTime::now())
-}
+pub use crate::shown_clock::display_now;
 
 /// Upper bounds (seconds) of the buckets of `POST /orders`'s latency.
 pub const LATENCY_BUCKETS: [f64; 12] = [

@@ -16,6 +16,9 @@ use uuid::Uuid;
 
 use crate::idempotency::StoredResponse;
 
+/// Where the problem types of operations are documented.
+pub(crate) const TYPE_BASE: &str = "https://idemkey.dev/problems/";
+
 /// Everything a step sees: the operation's identity and input, and the
 /// outputs the steps before it recorded (replayed from the journal, never
 /// recomputed).
@@ -333,7 +336,7 @@ impl Flow {
                 StoredResponse::new(200, body.to_string())
                     .with_header("content-type", "application/json")
             }),
-            failed: Arc::new(super::state::failed_problem),
+            failed: Arc::new(failed_problem),
         }
     }
 
@@ -409,4 +412,24 @@ impl Flow {
         }
         Ok(())
     }
+}
+
+/// The default final response of a failed operation: `409` with code
+/// `operation-failed`, naming the step and its reason.
+pub fn failed_problem(ctx: &StepContext) -> StoredResponse {
+    let (step, reason) = ctx
+        .failure
+        .as_ref()
+        .map_or(("", ""), |f| (f.step.as_str(), f.reason.as_str()));
+    let body = serde_json::json!({
+        "type": format!("{TYPE_BASE}operation-failed"),
+        "title": "Operation failed",
+        "status": 409,
+        "detail": format!("Step {step} failed: {reason}. The steps before it were undone."),
+        "code": "operation-failed",
+        "id": ctx.flow_id,
+        "failed_step": step,
+    });
+    StoredResponse::new(409, body.to_string())
+        .with_header("content-type", "application/problem+json")
 }

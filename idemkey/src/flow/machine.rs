@@ -5,21 +5,15 @@
 //! execution is where its caller saw it and the caller's claim on the
 //! step's message still holds.
 
-use std::future::Future;
-
 use idemkey_core::StepAction;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
 use super::declare::{Failure, Flow, Kind, Local, StepContext, StepError};
-use super::state::{FlowRow, FlowState, StepRow};
-use crate::StoreError;
 use crate::idempotency::StoredResponse;
+use crate::store::flow::{FlowRow, FlowState, Journal, StepRow};
 use crate::store::outbox::OutboxMessage;
-
-/// The outbox effect that carries steps.
-pub const STEP_EFFECT: &str = "flow-step";
 
 /// What a step's message asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,56 +38,51 @@ impl From<Action> for StepAction {
     }
 }
 
-/// The journal's statements on one open transaction.
-pub(crate) trait Journal {
-    /// A new execution, `running` at its first step.
-    fn insert_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// The execution (of `scope`) and its steps, locked until the
-    /// transaction ends.
-    fn lock_flow(
-        &self,
-        scope: &str,
-        id: Uuid,
-    ) -> impl Future<Output = Result<Option<FlowRow>, StoreError>> + Send;
-    /// Settles `message` as delivered, if this claim still holds it.
-    fn settle(
-        &self,
-        message: &OutboxMessage,
-        sent_key: Option<&str>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Records a step (once: the primary key refuses a second recording).
-    fn insert_step(
-        &self,
-        row: &FlowRow,
-        step: &StepRow,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Marks a done step compensated; `false` when it was not `done`.
-    fn compensated(
-        &self,
-        row: &FlowRow,
-        idx: i32,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Writes the execution's state, position, failure and response.
-    fn update_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Puts a step's message in the outbox.
-    fn enqueue(
-        &self,
-        row: &FlowRow,
-        payload: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Makes the key's record replay the final response.
-    fn finish_record(
-        &self,
-        row: &FlowRow,
-        response: &StoredResponse,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Runs a local step (or, `undo`, its compensation) in the transaction.
-    fn run_local(
-        &self,
-        local: &Local,
-        undo: bool,
-        ctx: StepContext,
-    ) -> impl Future<Output = Result<Value, StepError>> + Send;
+/// Runs a local step (or, `undo`, its compensation) on the journal's open
+/// transaction, with the function the flow declared for its backend.
+async fn run_local<J: Journal>(
+    j: &J,
+    local: &Local,
+    undo: bool,
+    ctx: StepContext,
+) -> Result<Value, StepError> {
+    #[cfg(feature = "postgres")]
+    if let Some(tx) = j.postgres() {
+        let f = if undo {
+            &local.postgres_undo
+        } else {
+            &local.postgres
+        };
+        return match f {
+            Some(f) => f(tx, ctx).await,
+            None if undo => Ok(Value::Null),
+            None => Err(StepError::Refused(format!(
+                "step {} has no PostgreSQL function",
+                ctx.step
+            ))),
+        };
+    }
+    #[cfg(feature = "sqlite")]
+    if let Some(conn) = j.sqlite() {
+        let f = if undo {
+            &local.sqlite_undo
+        } else {
+            &local.sqlite
+        };
+        return match f {
+            Some(f) => f(conn, ctx),
+            None if undo => Ok(Value::Null),
+            None => Err(StepError::Refused(format!(
+                "step {} has no SQLite function",
+                ctx.step
+            ))),
+        };
+    }
+    let _ = (j, local, undo);
+    Err(StepError::Retry(format!(
+        "step {}: no open transaction",
+        ctx.step
+    )))
 }
 
 /// The context of step `idx` of `row`.
@@ -202,7 +191,7 @@ pub(crate) async fn record<J: Journal>(
         (Outcome::RunLocal { attempts }, Kind::Local(local)) => {
             let undo = asked.action == Action::Compensate;
             let ctx = context(flow, &row, idx, asked.action.into(), attempts, false);
-            match j.run_local(local, undo, ctx).await {
+            match run_local(j, local, undo, ctx).await {
                 Ok(output) => Outcome::Done {
                     output,
                     attempts,
@@ -333,7 +322,7 @@ pub(crate) async fn proceed<J: Journal>(
                 match (&step.kind, inline) {
                     (Kind::Local(local), true) => {
                         let ctx = context(flow, row, idx, StepAction::Run, 1, false);
-                        match j.run_local(local, false, ctx).await {
+                        match run_local(j, local, false, ctx).await {
                             Ok(output) => done(j, row, idx, step.name, &output, 1, None).await?,
                             Err(StepError::Refused(reason)) => {
                                 refused(j, row, idx, step.name, reason, 1, None).await?;
@@ -370,7 +359,7 @@ pub(crate) async fn proceed<J: Journal>(
                 match flow.steps.get(idx).map(|s| &s.kind) {
                     Some(Kind::Local(local)) if inline => {
                         let ctx = context(flow, row, idx, StepAction::Compensate, 1, false);
-                        j.run_local(local, true, ctx).await?;
+                        run_local(j, local, true, ctx).await?;
                         if !j.compensated(row, target).await? {
                             return Err(StepError::Retry("the step to undo moved".into()));
                         }

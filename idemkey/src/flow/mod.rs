@@ -46,9 +46,11 @@ pub(crate) mod machine;
 mod run;
 pub mod state;
 
+pub use crate::store::flow::STEP_EFFECT;
 #[cfg(feature = "postgres")]
 pub use declare::PgStepFuture;
-pub use declare::{Attempt, External, Failure, Flow, Local, StepContext, StepError, StepFuture};
-pub use machine::STEP_EFFECT;
+pub use declare::{
+    Attempt, External, Failure, Flow, Local, StepContext, StepError, StepFuture, failed_problem,
+};
 pub use run::{FlowSettings, Flows, View};
 pub use state::{FlowRow, FlowState, NextMessage, StateDocument, StepRow, StepView};

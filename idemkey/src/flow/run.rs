@@ -12,11 +12,12 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::declare::{Attempt, Flow, Kind, StepError};
-use super::machine::{self, Action, Outcome as Step, Recorded, STEP_EFFECT, StepMessage};
+use super::machine::{self, Action, Outcome as Step, Recorded, StepMessage};
 use super::state::{FlowRow, FlowState, StateDocument};
 use crate::idempotency::{Done, RecordKey, StoredResponse};
 use crate::in_transaction::{self, Error, Options, Outcome};
 use crate::outbox::{Delivery, Settled, Worker};
+use crate::store::flow::STEP_EFFECT;
 use crate::store::outbox::OutboxMessage;
 use crate::store::{Db, StoreError};
 
@@ -505,7 +506,7 @@ fn again(delivery: Delivery, sent_key: Option<String>) -> Settled {
 
 /// The first request's transaction: the execution's row, its leading local
 /// steps, and the next step's message (or its final response).
-async fn start_in<J: machine::Journal>(
+async fn start_in<J: crate::store::flow::Journal>(
     j: &J,
     flow: &Flow,
     mut row: FlowRow,

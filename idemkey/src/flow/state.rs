@@ -5,107 +5,9 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::declare::{Flow, StepContext};
+use super::declare::{Flow, TYPE_BASE};
 use crate::idempotency::StoredResponse;
-
-/// Where an execution is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FlowState {
-    /// Steps still to run.
-    Running,
-    /// A step failed for good; the steps before it are being undone.
-    Compensating,
-    /// Every step done: its final response is stored.
-    Done,
-    /// A step failed for good and every compensation ran: its final
-    /// response is stored.
-    Failed,
-}
-
-impl FlowState {
-    /// The name the journal stores.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Compensating => "compensating",
-            Self::Done => "done",
-            Self::Failed => "failed",
-        }
-    }
-
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        Some(match text {
-            "running" => Self::Running,
-            "compensating" => Self::Compensating,
-            "done" => Self::Done,
-            "failed" => Self::Failed,
-            _ => return None,
-        })
-    }
-
-    /// Whether it ended (its final response is stored).
-    pub const fn ended(self) -> bool {
-        matches!(self, Self::Done | Self::Failed)
-    }
-}
-
-/// A step as the journal recorded it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StepRow {
-    /// Its place in the flow.
-    pub idx: i32,
-    /// Its name.
-    pub name: String,
-    /// `done`, `failed` or `compensated`.
-    pub state: String,
-    /// Its output (JSON) when done, its reason when failed.
-    pub output: Option<String>,
-    /// Attempts it took.
-    pub attempts: i32,
-    /// The downstream key it was sent with (external steps).
-    pub downstream_key: Option<String>,
-}
-
-/// An execution's row and its recorded steps.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FlowRow {
-    /// Its id.
-    pub id: Uuid,
-    /// The key tuple it runs under.
-    pub scope: String,
-    /// The key's operation.
-    pub operation: String,
-    /// The client's key.
-    pub key: String,
-    /// The flow's name.
-    pub flow: String,
-    /// Where it is.
-    pub state: FlowState,
-    /// The step to run next (running) or to undo next (compensating).
-    pub position: i32,
-    /// The request's payload (JSON).
-    pub input: String,
-    /// The step that failed for good.
-    pub failed_step: Option<String>,
-    /// Its reason.
-    pub error: Option<String>,
-    /// The final response, once ended.
-    pub response: Option<StoredResponse>,
-    /// The steps recorded, by index.
-    pub steps: Vec<StepRow>,
-}
-
-/// The pending message of an execution, as its state document shows it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NextMessage {
-    /// `pending`, or `dead` when its attempts ran out.
-    pub status: String,
-    /// Attempts made so far.
-    pub attempts: i32,
-    /// The last attempt's error.
-    pub last_error: Option<String>,
-}
+pub use crate::store::flow::{FlowRow, FlowState, NextMessage, StepRow};
 
 /// One step in the state document.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -153,9 +55,6 @@ pub struct StateDocument {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_step: Option<String>,
 }
-
-/// Where the problem types are documented.
-const TYPE_BASE: &str = "https://idemkey.dev/problems/";
 
 impl StateDocument {
     /// The document of `row` (a run of `flow`), its pending message `next`
@@ -239,24 +138,4 @@ impl StateDocument {
             .with_header("content-type", "application/json")
             .with_header("location", location)
     }
-}
-
-/// The default final response of a failed operation: `409` with code
-/// `operation-failed`, naming the step and its reason.
-pub fn failed_problem(ctx: &StepContext) -> StoredResponse {
-    let (step, reason) = ctx
-        .failure
-        .as_ref()
-        .map_or(("", ""), |f| (f.step.as_str(), f.reason.as_str()));
-    let body = serde_json::json!({
-        "type": format!("{TYPE_BASE}operation-failed"),
-        "title": "Operation failed",
-        "status": 409,
-        "detail": format!("Step {step} failed: {reason}. The steps before it were undone."),
-        "code": "operation-failed",
-        "id": ctx.flow_id,
-        "failed_step": step,
-    });
-    StoredResponse::new(409, body.to_string())
-        .with_header("content-type", "application/problem+json")
 }

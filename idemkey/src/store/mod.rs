@@ -6,6 +6,8 @@
 //! opened from a URL. Nothing outside this module matches on the backend.
 
 mod db;
+#[cfg(all(feature = "flow", any(feature = "postgres", feature = "sqlite")))]
+pub mod flow;
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub mod migrations;
 #[cfg(feature = "outbox")]

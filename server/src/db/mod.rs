@@ -20,6 +20,7 @@ pub mod legacy;
 mod order;
 mod postgres;
 pub(crate) mod reservation;
+pub(crate) mod reserve_step;
 mod sqlite;
 mod store;
 

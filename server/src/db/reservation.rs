@@ -1,8 +1,6 @@
-//! What a purchase reserves, read from its stored input, and its local
-//! step (reserve the stock; released when a later step fails for good) on
-//! both backends.
+//! What a purchase reserves, read from its stored input.
 
-use idemkey::flow::{Local, StepContext, StepError};
+use idemkey::flow::{StepContext, StepError};
 use serde::Deserialize;
 
 /// The sku and quantity a purchase reserves.
@@ -17,14 +15,4 @@ pub(crate) struct Reservation {
 pub(crate) fn reservation_of(ctx: &StepContext) -> Result<Reservation, StepError> {
     serde_json::from_value(ctx.input.clone())
         .map_err(|err| StepError::Retry(format!("the purchase's input: {err}")))
-}
-
-/// The `reserve` step: stock taken in the journal's transaction, given
-/// back by its compensation.
-pub(crate) fn reserve_step() -> Local {
-    Local::new()
-        .postgres(super::postgres::purchases::reserve)
-        .postgres_undo(super::postgres::purchases::release)
-        .sqlite(super::sqlite::purchases::reserve)
-        .sqlite_undo(super::sqlite::purchases::release)
 }

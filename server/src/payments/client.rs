@@ -559,7 +559,7 @@ async fn classify_effect<T: Found>(
         .headers()
         .get(RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| parse_retry_after(v, crate::state::display_now()))
+        .and_then(|v| parse_retry_after(v, crate::shown_clock::display_now()))
         .map(|ms| Duration::from_millis(ms).min(MAX_RETRY_AFTER));
     let body = match response.text().await {
         Ok(body) => body,

@@ -3,16 +3,13 @@
 //! document needs. The execution's row is locked (`FOR UPDATE`) for the
 //! whole recording transaction, so two owners never record one step.
 
-use serde_json::Value;
 use tokio_postgres::{GenericClient, Row, Transaction};
 use uuid::Uuid;
 
 use super::db::PgDb;
 use super::error::db_error;
-use crate::flow::declare::{Local, StepContext, StepError};
-use crate::flow::machine::{Journal, STEP_EFFECT};
-use crate::flow::state::{FlowRow, FlowState, NextMessage, StepRow};
 use crate::idempotency::StoredResponse;
+use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, StepRow};
 use crate::store::outbox::OutboxMessage;
 use crate::store::{StoreError, Tables};
 
@@ -288,25 +285,8 @@ impl Journal for PgJournal<'_, '_> {
             .map_err(db_error)
     }
 
-    async fn run_local(
-        &self,
-        local: &Local,
-        undo: bool,
-        ctx: StepContext,
-    ) -> Result<Value, StepError> {
-        let f = if undo {
-            local.postgres_undo.as_ref()
-        } else {
-            local.postgres.as_ref()
-        };
-        match f {
-            Some(f) => f(self.tx, ctx).await,
-            None if undo => Ok(Value::Null),
-            None => Err(StepError::Refused(format!(
-                "step {} has no PostgreSQL function",
-                ctx.step
-            ))),
-        }
+    fn postgres(&self) -> Option<&tokio_postgres::Transaction<'_>> {
+        Some(self.tx)
     }
 }
 

@@ -6,15 +6,12 @@
 use std::future::{Future, ready};
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::connection::sqlite_error;
 use super::db::SqliteDb;
-use crate::flow::declare::{Local, StepContext, StepError};
-use crate::flow::machine::{Journal, STEP_EFFECT};
-use crate::flow::state::{FlowRow, FlowState, NextMessage, StepRow};
 use crate::idempotency::StoredResponse;
+use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, StepRow};
 use crate::store::outbox::OutboxMessage;
 use crate::store::{StoreError, Tables};
 
@@ -325,25 +322,8 @@ impl Journal for SqliteJournal<'_> {
         )
     }
 
-    fn run_local(
-        &self,
-        local: &Local,
-        undo: bool,
-        ctx: StepContext,
-    ) -> impl Future<Output = Result<Value, StepError>> + Send {
-        let f = if undo {
-            local.sqlite_undo.as_ref()
-        } else {
-            local.sqlite.as_ref()
-        };
-        ready(match f {
-            Some(f) => f(self.conn, ctx),
-            None if undo => Ok(Value::Null),
-            None => Err(StepError::Refused(format!(
-                "step {} has no SQLite function",
-                ctx.step
-            ))),
-        })
+    fn sqlite(&self) -> Option<&rusqlite::Connection> {
+        Some(self.conn)
     }
 }
 
