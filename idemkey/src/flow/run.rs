@@ -135,7 +135,7 @@ impl Flows {
             .with_waker(Arc::clone(&self.wake))
             .handle_settled(STEP_EFFECT, move |message| {
                 let flows = flows.clone();
-                async move { flows.execute(message).await }
+                async move { flows.run_step(message).await }
             })
     }
 
@@ -339,10 +339,14 @@ impl Flows {
         Ok(())
     }
 
-    /// Runs the step a claimed message asks for and records it (see
-    /// [`machine::record`]); what the worker should do with the message
-    /// when it was not recorded.
-    async fn execute(&self, message: OutboxMessage) -> Result<Settled, StoreError> {
+    /// What a worker does with one claimed `flow-step` message, for custom
+    /// workers and tests ([`Flows::attach`]'s worker calls it): runs the
+    /// step and records it in its own transaction, fenced by the
+    /// execution's position and this claim's lease ([`Settled::Recorded`];
+    /// [`Settled::Fenced`] when the lease ended or the execution moved on),
+    /// or hands the message back ([`Settled::Again`]) for the caller to
+    /// settle.
+    pub async fn run_step(&self, message: OutboxMessage) -> Result<Settled, StoreError> {
         let Ok(asked) = serde_json::from_str::<StepMessage>(&message.payload) else {
             return Ok(again(
                 Delivery::Refused("malformed step message".into()),

@@ -124,7 +124,8 @@ pub(crate) trait Journal {
         scope: &str,
         id: Uuid,
     ) -> impl Future<Output = Result<Option<FlowRow>, StoreError>> + Send;
-    /// Settles `message` as delivered, if this claim still holds it.
+    /// Settles `message` as delivered, if this claim still holds it: its
+    /// lease token, with the lease not yet ended at the store's clock.
     fn settle(
         &self,
         message: &OutboxMessage,

@@ -20,10 +20,14 @@ const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key,
      $7::int4, $8::text)";
 const STEPS: &str = "SELECT idx, name, state, output, attempts, downstream_key FROM idemkey_steps \
                      WHERE scope = $1::text AND flow_id = $2::uuid ORDER BY idx";
+/// Settles a step's message as recorded, fenced by its claim: this lease
+/// token, and a lease not yet ended at the store's clock (an owner past its
+/// lease records nothing, whether or not another worker claimed since).
 const SETTLE: &str = "UPDATE outbox SET status = 'delivered', result = 'recorded', \
      downstream_key = $3::text, settled_at = statement_timestamp(), lease = NULL, \
      lease_until = NULL \
-     WHERE scope = $4::text AND id = $1::int8 AND lease = $2::uuid AND status = 'pending'";
+     WHERE scope = $4::text AND id = $1::int8 AND lease = $2::uuid AND status = 'pending' \
+       AND lease_until > statement_timestamp()";
 const INSERT_STEP: &str = "INSERT INTO idemkey_steps (scope, flow_id, idx, name, state, output, \
      attempts, downstream_key) VALUES ($8::text, $1::uuid, $2::int4, $3::text, $4::text, \
      $5::text, $6::int4, $7::text)";

@@ -194,10 +194,12 @@ impl Journal for SqliteJournal<'_> {
         message: &OutboxMessage,
         sent_key: Option<&str>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        // Fenced by the claim: this lease token, and a lease not yet ended
+        // at the store's clock (see the PostgreSQL statement).
         let sql = format!(
             "UPDATE outbox SET status = 'delivered', result = 'recorded', downstream_key = ?3, \
              settled_at = {NOW}, lease = NULL, lease_until = NULL \
-             WHERE id = ?1 AND lease = ?2 AND status = 'pending'"
+             WHERE id = ?1 AND lease = ?2 AND status = 'pending' AND lease_until > {NOW}"
         );
         ready(
             self.conn
