@@ -14,8 +14,10 @@ use idemkey_core::{FieldError, Problem, ProblemCode};
 use serde::Serialize;
 use tracing::warn;
 
+use crate::auth::Caller;
+use crate::http::{Provider, created, json, json_body, request_key};
+use crate::requests::log_run;
 use crate::store::{Confirmation, ConfirmationWrite, Endpoint, NewConfirmation};
-use crate::{Caller, Provider, created, json, json_body, log_run, request_key};
 
 /// The longest recipient, in characters (an address's limit, RFC 5321).
 pub const MAX_RECIPIENT_CHARS: usize = 254;

@@ -21,6 +21,7 @@ use tracing::warn;
 use idemkey::problems::{UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
 use idemkey::serve::ConnectionControl;
 
+use crate::calls::call_of;
 use crate::store::Endpoint;
 
 /// The switches and the random sequence they draw from.
@@ -120,9 +121,9 @@ impl Faults {
 }
 
 /// The endpoint of a request the fault switches apply to: the two calls a
-/// client makes of each effect (see [`crate::call_of`]), not the lists.
+/// client makes of each effect ([`call_of`]), not the lists.
 fn faulty(request: &Request) -> Option<Endpoint> {
-    crate::call_of(request.method(), request.uri().path()).map(|(endpoint, _)| endpoint)
+    call_of(request.method(), request.uri().path()).map(|(endpoint, _)| endpoint)
 }
 
 /// Middleware outside the idempotency layers: sleeps `--latency-ms`,

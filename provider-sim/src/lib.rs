@@ -49,37 +49,41 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, Request, State};
-use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, LOCATION};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::{Next, from_fn, from_fn_with_state};
-use axum::response::{IntoResponse as _, Response};
+use axum::extract::RawQuery;
+use axum::http::header::CACHE_CONTROL;
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::IntoResponse as _;
 use axum::routing::{get, post};
 use clap::Args;
-use idemkey_core::{
-    FieldError, IdempotencyKey, KEY_HEADER, KeyProfile, OperationId, Problem, ProblemCode,
-    bearer_token, is_json_media_type,
-};
-use serde::Serialize;
-use sha2::{Digest as _, Sha256};
+use idemkey_core::{KeyProfile, OperationId, Problem};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tracing::{info, warn};
-use uuid::Uuid;
 
+mod auth;
+mod calls;
+mod charges;
 mod confirmations;
 pub mod faults;
+mod http;
 pub mod problems;
 mod refunds;
+mod requests;
 pub mod store;
 
+pub use auth::{Secret, scope_of};
+pub use charges::MAX_AMOUNT_CENTS;
 pub use faults::LoseNext;
+
+use auth::{Caller, authenticate};
 use faults::{Faults, inject};
-use idemkey::duration::{parse_duration, rfc3339};
+use http::{Provider, query_member, unknown_member};
+use idemkey::duration::parse_duration;
 use idemkey::layer::IdempotencyLayer;
-use idemkey::problems::{ApiError, json_response, problem_response};
+use idemkey::problems::problem_response;
 use idemkey::serve::{serve, shutdown_signal};
-use store::{Charge, ChargeWrite, Db, Endpoint, NewCharge, RequestKind};
+use requests::{record, requests};
+use store::{Db, Endpoint};
 
 /// The operation of the provider's charge records.
 pub const CHARGE_OPERATION: OperationId = OperationId::from_static("provider-charge:v1");
@@ -91,37 +95,6 @@ pub const CONFIRMATION_OPERATION: OperationId =
 
 /// The operation of the provider's refund records.
 pub const REFUND_OPERATION: OperationId = OperationId::from_static("provider-refund:v1");
-
-/// The largest amount a charge may have, in cents.
-pub const MAX_AMOUNT_CENTS: i64 = 100_000_000_000;
-
-/// A bearer secret: kept out of `Debug` (and so out of logs).
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    /// The secret's characters, for the `Authorization` field.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(..)")
-    }
-}
-
-impl std::str::FromStr for Secret {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match bearer_token(format!("Bearer {s}").as_bytes()) {
-            Some(token) if token == s => Ok(Self(s.to_owned())),
-            _ => Err("a token is 1 to 512 characters of A-Z a-z 0-9 - . _ ~ + / =".into()),
-        }
-    }
-}
 
 /// Flags of `provider`.
 #[derive(Clone, Debug, Args)]
@@ -191,27 +164,6 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     }
 }
 
-/// The scope of a caller: the hex SHA-256 of its bearer secret.
-pub fn scope_of(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// The authenticated caller's scope, put in the request's extensions.
-#[derive(Clone, Debug)]
-struct Caller(String);
-
-/// What the routes share.
-#[derive(Clone, Debug)]
-struct Provider {
-    db: Db,
-    /// The scopes of the configured secrets.
-    scopes: Arc<HashSet<String>>,
-    declined: Arc<HashSet<i64>>,
-}
-
 /// The provider's router over `db`, with its settings (and faults drawn
 /// from `seed`), and its one-shot switch that loses the next successful
 /// effect's response (also armed by `POST /faults/lose-next`): for the demo,
@@ -219,9 +171,10 @@ struct Provider {
 pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
     let provider = Provider {
         db: db.clone(),
-        scopes: Arc::new(args.tokens.iter().map(|t| scope_of(t.expose())).collect()),
         declined: Arc::new(args.decline_amounts.iter().copied().collect()),
     };
+    let scopes: Arc<HashSet<String>> =
+        Arc::new(args.tokens.iter().map(|t| scope_of(t.expose())).collect());
     let faults = Arc::new(Faults::new(
         args.fail_rate,
         args.lose_rate,
@@ -266,11 +219,11 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
     let router = Router::new()
         .route(
             "/charges",
-            post(create)
-                .get(list)
+            post(charges::create)
+                .get(charges::list)
                 .route_layer(idempotent(CHARGE_OPERATION)),
         )
-        .route("/charges/{key}", get(lookup))
+        .route("/charges/{key}", get(charges::lookup))
         .route(
             "/confirmations",
             post(confirmations::create)
@@ -289,7 +242,7 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
         .route_layer(from_fn_with_state(provider.clone(), record))
         .route("/requests", get(requests))
         .route("/faults/lose-next", post(arm))
-        .route_layer(from_fn_with_state(provider.clone(), authenticate))
+        .route_layer(from_fn_with_state(scopes, authenticate))
         .fallback(|| async { problem_response(&Problem::not_found()) })
         .method_not_allowed_fallback(|| async { problem_response(&Problem::method_not_allowed()) })
         .with_state(provider)
@@ -299,47 +252,6 @@ pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
             HeaderValue::from_static("no-store"),
         ));
     (router, lose_next)
-}
-
-/// The value of `name` in a query (`a=b&c=d`; the values the simulator
-/// reads are plain words, never percent-encoded).
-fn query_member<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
-    query?
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find_map(|(key, value)| (key == name).then_some(value))
-}
-
-/// 400 for a query member naming no endpoint (or `all`, where allowed).
-fn unknown_member(name: &str, all: bool) -> Problem {
-    let mut names: Vec<&str> = Endpoint::ALL.iter().map(|e| e.as_str()).collect();
-    if all {
-        names.push("all");
-    }
-    Problem::new(
-        ProblemCode::RequestInvalid,
-        format!("The query's {name} must be one of: {}.", names.join(", ")),
-    )
-}
-
-/// A call a client makes of one effect: its `POST` (no key in the path) or
-/// the `GET` of one key (the key as the path has it, percent-encoded). The
-/// lists (`GET /charges`) are not calls: they are for checks, never logged
-/// and never faulted.
-pub(crate) fn call_of<'a>(method: &Method, path: &'a str) -> Option<(Endpoint, Option<&'a str>)> {
-    let path = path.strip_prefix('/')?;
-    let (collection, key) = match path.split_once('/') {
-        Some((collection, key)) => (collection, Some(key)),
-        None => (path, None),
-    };
-    let endpoint = Endpoint::from_name(collection)?;
-    match (method, key) {
-        (&Method::POST, None) => Some((endpoint, None)),
-        (&Method::GET, Some(key)) if !key.is_empty() && !key.contains('/') => {
-            Some((endpoint, Some(key)))
-        }
-        _ => None,
-    }
 }
 
 /// Runs the provider until SIGTERM or SIGINT.
@@ -384,383 +296,4 @@ fn random_seed() -> Result<u64, String> {
     let mut bytes = [0; 8];
     getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for a fault seed: {e}"))?;
     Ok(u64::from_le_bytes(bytes))
-}
-
-/// Middleware: the caller's scope from its bearer secret, or 401.
-async fn authenticate(
-    State(provider): State<Provider>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let scope = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| bearer_token(v.as_bytes()))
-        .map(scope_of)
-        .filter(|scope| provider.scopes.contains(scope));
-    let Some(scope) = scope else {
-        return problem_response(&Problem::unauthorized());
-    };
-    request.extensions_mut().insert(Caller(scope));
-    next.run(request).await
-}
-
-/// Middleware inside the authentication, outside the faults: logs every
-/// call of an effect as it arrives ([`RequestKind`]), so a test sees a
-/// second request under a key that the effect's unique key would hide, and
-/// whether a lookup came before each resend.
-async fn record(State(provider): State<Provider>, request: Request, next: Next) -> Response {
-    let scope = request.extensions().get::<Caller>().map(|c| c.0.clone());
-    let logged = match call_of(request.method(), request.uri().path()) {
-        Some((endpoint, None)) => request_key(request.headers())
-            .ok()
-            .map(|key| (endpoint, RequestKind::Request, key.as_str().to_owned())),
-        Some((endpoint, Some(key))) => {
-            let key = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
-            Some((endpoint, RequestKind::Lookup, key.into_owned()))
-        }
-        None => None,
-    };
-    if let (Some(scope), Some((endpoint, kind, key))) = (scope, logged) {
-        if key.is_empty() || key.len() > 1024 {
-            return next.run(request).await;
-        }
-        if let Err(err) = provider
-            .db
-            .log_provider_request(&scope, endpoint, kind, &key, None)
-            .await
-        {
-            return ApiError::Store(err).into_response();
-        }
-    }
-    next.run(request).await
-}
-
-/// The request's `Idempotency-Key` (the layer has checked it already for
-/// the handlers; this reads the same value).
-fn request_key(headers: &HeaderMap) -> Result<IdempotencyKey, Problem> {
-    IdempotencyKey::from_field_lines(
-        headers
-            .get_all(KEY_HEADER)
-            .iter()
-            .map(HeaderValue::as_bytes),
-        KeyProfile::Lenient,
-    )
-    .map_err(|err| err.to_problem())
-}
-
-/// Logs a run of `endpoint`'s handler that reached its effect's write,
-/// with the order it names: every run, a same-key repeat included, which
-/// the effect's unique key would hide.
-async fn log_run(
-    provider: &Provider,
-    scope: &str,
-    endpoint: Endpoint,
-    key: &IdempotencyKey,
-    order_id: Uuid,
-) -> Result<(), Response> {
-    provider
-        .db
-        .log_provider_request(
-            scope,
-            endpoint,
-            endpoint.run_kind(),
-            key.as_str(),
-            Some(order_id),
-        )
-        .await
-        .map_err(|err| ApiError::Store(err).into_response())
-}
-
-/// 201 with `body` and the `Location` where the effect is looked up.
-fn created(endpoint: Endpoint, key: &IdempotencyKey, body: &impl Serialize) -> Response {
-    let mut response = json(StatusCode::CREATED, body);
-    let location = format!(
-        "/{}/{}",
-        endpoint.as_str(),
-        percent_encoding::utf8_percent_encode(key.as_str(), percent_encoding::NON_ALPHANUMERIC)
-    );
-    if let Ok(value) = HeaderValue::from_str(&location) {
-        response.headers_mut().insert(LOCATION, value);
-    }
-    response
-}
-
-/// Whether a request body is declared JSON (415 otherwise).
-fn json_body(headers: &HeaderMap) -> Result<(), Problem> {
-    if headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| is_json_media_type(v.as_bytes()))
-    {
-        Ok(())
-    } else {
-        Err(Problem::unsupported_media_type())
-    }
-}
-
-/// One row of the request log as the provider shows it.
-#[derive(Serialize)]
-struct RequestBody<'a> {
-    seq: i64,
-    kind: &'a str,
-    effect: &'a str,
-    idempotency_key: &'a str,
-    order_id: Option<String>,
-    created_at: String,
-}
-
-#[derive(Serialize)]
-struct RequestList<'a> {
-    requests: Vec<RequestBody<'a>>,
-}
-
-/// `GET /requests`: the caller's request log, in arrival order. The
-/// charges' rows without `?effect=` (the log as it was before the other
-/// effects, which the discipline check of `idemkey_testkit` reads), one
-/// other effect's, or `all`.
-async fn requests(
-    State(provider): State<Provider>,
-    axum::Extension(Caller(scope)): axum::Extension<Caller>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    let effect = match query_member(query.as_deref(), "effect") {
-        None => Some(Endpoint::Charges),
-        Some("all") => None,
-        Some(name) => match Endpoint::from_name(name) {
-            Some(endpoint) => Some(endpoint),
-            None => return problem_response(&unknown_member("effect", true)),
-        },
-    };
-    match provider.db.provider_requests(&scope, effect).await {
-        Ok(log) => json(
-            StatusCode::OK,
-            &RequestList {
-                requests: log
-                    .iter()
-                    .map(|r| RequestBody {
-                        seq: r.seq,
-                        kind: &r.kind,
-                        effect: &r.effect,
-                        idempotency_key: &r.idempotency_key,
-                        order_id: r.order_id.map(|id| id.to_string()),
-                        created_at: rfc3339(r.created_at),
-                    })
-                    .collect(),
-            },
-        ),
-        Err(err) => ApiError::Store(err).into_response(),
-    }
-}
-
-/// A charge as the provider shows it.
-#[derive(Serialize)]
-struct ChargeBody<'a> {
-    id: String,
-    idempotency_key: &'a str,
-    order_id: String,
-    amount_cents: i64,
-    currency: &'a str,
-    created_at: String,
-}
-
-impl<'a> From<&'a Charge> for ChargeBody<'a> {
-    fn from(charge: &'a Charge) -> Self {
-        Self {
-            id: format!("ch_{}", charge.id.simple()),
-            idempotency_key: &charge.idempotency_key,
-            order_id: charge.order_id.to_string(),
-            amount_cents: charge.amount_cents,
-            currency: &charge.currency,
-            created_at: rfc3339(charge.created_at),
-        }
-    }
-}
-
-/// A charge request's members, checked.
-struct ChargeRequest {
-    order_id: uuid::Uuid,
-    amount_cents: i64,
-    currency: String,
-}
-
-/// Reads `{"order_id", "amount_cents", "currency"}`; 400 `request-invalid`
-/// with a pointer per failing member otherwise.
-fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<ChargeRequest, Problem> {
-    json_body(headers)?;
-    let invalid = |errors| {
-        Problem::new(ProblemCode::RequestInvalid, "The charge is invalid.").with_errors(errors)
-    };
-    let Ok(serde_json::Value::Object(members)) = serde_json::from_slice(body) else {
-        return Err(invalid(vec![FieldError::new("", "must be a JSON object")]));
-    };
-    let mut errors = Vec::new();
-    let order_id = members
-        .get("order_id")
-        .and_then(|v| v.as_str())
-        .and_then(|s| uuid::Uuid::try_parse(s).ok());
-    if order_id.is_none() {
-        errors.push(FieldError::new("/order_id", "must be a UUID"));
-    }
-    let amount_cents = members
-        .get("amount_cents")
-        .and_then(serde_json::Value::as_i64)
-        .filter(|a| (1..=MAX_AMOUNT_CENTS).contains(a));
-    if amount_cents.is_none() {
-        errors.push(FieldError::new(
-            "/amount_cents",
-            format!("must be a whole number from 1 to {MAX_AMOUNT_CENTS}"),
-        ));
-    }
-    let currency = members
-        .get("currency")
-        .and_then(|v| v.as_str())
-        .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_uppercase()));
-    if currency.is_none() {
-        errors.push(FieldError::new(
-            "/currency",
-            "must be three capital letters (ISO 4217)",
-        ));
-    }
-    match (order_id, amount_cents, currency) {
-        (Some(order_id), Some(amount_cents), Some(currency)) => Ok(ChargeRequest {
-            order_id,
-            amount_cents,
-            currency: currency.to_owned(),
-        }),
-        _ => Err(invalid(errors)),
-    }
-}
-
-async fn create(
-    State(provider): State<Provider>,
-    axum::Extension(Caller(scope)): axum::Extension<Caller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let key = match request_key(&headers) {
-        Ok(key) => key,
-        Err(problem) => return problem_response(&problem),
-    };
-    let request = match read_request(&headers, &body) {
-        Ok(request) => request,
-        Err(problem) => return problem_response(&problem),
-    };
-    if provider.declined.contains(&request.amount_cents) {
-        info!(amount_cents = request.amount_cents, "declined");
-        return problem_response(&Problem::payment_declined(&format!(
-            "the provider declines charges of {} cents",
-            request.amount_cents
-        )));
-    }
-    let new = NewCharge {
-        scope,
-        idempotency_key: key.as_str().to_owned(),
-        order_id: request.order_id,
-        amount_cents: request.amount_cents,
-        currency: request.currency,
-    };
-    let written = provider.db.insert_charge(&new).await;
-    if written.is_ok()
-        && let Err(response) =
-            log_run(&provider, &new.scope, Endpoint::Charges, &key, new.order_id).await
-    {
-        return response;
-    }
-    let charge = match written {
-        Ok(ChargeWrite::Created(charge)) => charge,
-        Ok(ChargeWrite::Existing(charge)) => {
-            let same = charge.order_id == new.order_id
-                && charge.amount_cents == new.amount_cents
-                && charge.currency == new.currency;
-            if !same {
-                // Only reachable once the key's record is gone: the layer
-                // refuses another payload under a key it remembers.
-                warn!("a key's existing charge differs from the request");
-                return problem_response(&Problem::key_reused());
-            }
-            charge
-        }
-        Err(err) => return ApiError::Store(err).into_response(),
-    };
-    created(Endpoint::Charges, &key, &ChargeBody::from(&charge))
-}
-
-async fn lookup(
-    State(provider): State<Provider>,
-    axum::Extension(Caller(scope)): axum::Extension<Caller>,
-    Path(key): Path<String>,
-) -> Response {
-    match provider.db.charge(&scope, &key).await {
-        Ok(Some(charge)) => json(StatusCode::OK, &ChargeBody::from(&charge)),
-        Ok(None) => problem_response(&Problem::not_found()),
-        Err(err) => ApiError::Store(err).into_response(),
-    }
-}
-
-/// A JSON answer (these bodies always serialise).
-fn json(status: StatusCode, body: &impl Serialize) -> Response {
-    json_response(status, serde_json::to_string(body).unwrap_or_default())
-}
-
-#[derive(Serialize)]
-struct ChargeList<'a> {
-    charges: Vec<ChargeBody<'a>>,
-}
-
-async fn list(
-    State(provider): State<Provider>,
-    axum::Extension(Caller(scope)): axum::Extension<Caller>,
-) -> Response {
-    match provider.db.charges(&scope).await {
-        Ok(charges) => json(
-            StatusCode::OK,
-            &ChargeList {
-                charges: charges.iter().map(ChargeBody::from).collect(),
-            },
-        ),
-        Err(err) => ApiError::Store(err).into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scope_is_the_hex_sha256_of_the_secret() {
-        assert_eq!(
-            scope_of("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
-
-    #[test]
-    fn secrets_stay_out_of_debug() {
-        let secret: Secret = "s3cret-value".parse().expect("a valid secret");
-        assert_eq!(format!("{secret:?}"), "Secret(..)");
-        assert!("two words".parse::<Secret>().is_err());
-        assert!("".parse::<Secret>().is_err());
-    }
-
-    #[test]
-    fn charge_requests_are_checked_member_by_member() {
-        let mut json = HeaderMap::new();
-        json.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let ok = read_request(
-            &json,
-            br#"{"order_id":"8e03978e-40d5-43e8-bc93-6894a57f9324","amount_cents":5980,"currency":"EUR"}"#,
-        )
-        .expect("a valid charge");
-        assert_eq!((ok.amount_cents, ok.currency.as_str()), (5980, "EUR"));
-        let bad = read_request(
-            &json,
-            br#"{"order_id":"x","amount_cents":0,"currency":"eur"}"#,
-        )
-        .err()
-        .expect("invalid");
-        let pointers: Vec<&str> = bad.errors().iter().map(|e| e.pointer.as_str()).collect();
-        assert_eq!(pointers, ["/order_id", "/amount_cents", "/currency"]);
-        let text = read_request(&HeaderMap::new(), b"{}").err().expect("415");
-        assert_eq!(text.status(), 415);
-    }
 }

@@ -15,9 +15,12 @@ use idemkey_core::{FieldError, Problem, ProblemCode};
 use serde::Serialize;
 use tracing::{info, warn};
 
+use crate::auth::Caller;
+use crate::charges::MAX_AMOUNT_CENTS;
+use crate::http::{Provider, created, json, json_body, request_key};
 use crate::problems::SimProblem;
+use crate::requests::log_run;
 use crate::store::{Endpoint, NewRefund, Refund, RefundWrite};
-use crate::{Caller, MAX_AMOUNT_CENTS, Provider, created, json, json_body, log_run, request_key};
 
 /// A refund as the provider shows it.
 #[derive(Serialize)]
