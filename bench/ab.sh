@@ -7,7 +7,8 @@
 #   A=X B=X bench/ab.sh                      # the same binary twice: the ratios show the noise
 #
 # Cells: STORES x KINDS (postgres, sqlite) x (new: a fresh key per request, bench/wrk/orders-new.lua;
-# replay: one completed key replayed, orders-replay.lua); one server process; wrk -t2, CONNS
+# replay: one completed key replayed, orders-replay.lua; purchase: POST /purchases with a fresh key,
+# answered 202 at once, both binaries must know it); one server process; wrk -t2, CONNS
 # connections, closed loop, DUR s after a WARM s warm-up of the same workload. ROUNDS rounds; in each
 # round every cell runs A then B (odd rounds) or B then A (even rounds), so drift cancels.
 #
@@ -54,7 +55,7 @@ KINDS=${KINDS:-"new replay"}
 PGPORT=${PGPORT:-55459}             # not run.sh's 55449, so both can run on the box
 PORT=${PORT:-38150}                 # not run.sh's 38100
 for s in $STORES; do case $s in postgres|sqlite) ;; *) echo "unknown store: $s" >&2; exit 2;; esac; done
-for k in $KINDS; do case $k in new|replay) ;; *) echo "unknown kind: $k" >&2; exit 2;; esac; done
+for k in $KINDS; do case $k in new|replay|purchase) ;; *) echo "unknown kind: $k" >&2; exit 2;; esac; done
 
 # Our own work dir (cluster, SQLite files, server logs), never a caller's W: it is deleted at exit.
 W=$(mktemp -d /tmp/idemkey-ab.XXXXXX); chmod 1777 "$W"   # the postgres OS user writes its socket here
@@ -131,8 +132,8 @@ post_once() {  # post_once TOKEN KEY -> HTTP status of one POST /orders
   curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/orders" -H 'Content-Type: application/json' \
     -H "Authorization: Bearer $1" -H "Idempotency-Key: \"$2\"" --data '{"sku":"LIBRO-TS","quantity":2}'
 }
-run_wrk() {  # run_wrk SECONDS SCRIPT TOKEN [KEY] -> wrk output (with its RESULT line) on stdout
-  KEY=${4:-} API='' TOKEN=$3 PORTS=$PORT WRK_DIR=$BENCH/wrk \
+run_wrk() {  # run_wrk SECONDS SCRIPT TOKEN [KEY] [PATH] -> wrk output (with its RESULT line) on stdout
+  KEY=${4:-} ORDERS_PATH=${5:-} API='' TOKEN=$3 PORTS=$PORT WRK_DIR=$BENCH/wrk \
     RUN_NICE wrk -t2 -c"$CONNS" -d"$1s" --latency -s "$BENCH/wrk/$2" "http://127.0.0.1:$PORT"
 }
 
@@ -142,22 +143,26 @@ printf 'round\tstore\tkind\tside\tbinary\trequests\tduration_s\trps\tp50_ms\tp99
 # run_one ROUND STORE KIND SIDE: one measured run from a fresh database and a fresh server.
 run_one() {
   local r=$1 store=$2 kind=$3 side=$4 bin tok key='' script=orders-new.lua q=quiet name pids t0 t1 mon res
+  local path='' extra=()
+  # purchase: POST /purchases with a fresh key, answered 202 at once (the first transaction: claim,
+  # journal row, the reserve step, the next step's message); no worker runs here.
+  [ "$kind" = purchase ] && { path=/purchases; extra=(--purchase-wait 0s); }
   bin=$(side_bin "$side"); tok=${TOKEN_OF[$side-$store]}; name="r$r-$store-$kind-$side"
   stop_all_procs
   reset_store "$side" "$store"
   HEALTH_PATH=healthz start_proc "$side" "$PORT" "$bin" serve --database-url "$(store_url "$side" "$store")" \
-    --bind "127.0.0.1:$PORT" || { cp "$W/srv-$side.log" "$LOGS/$name.server.log" 2>/dev/null; log "$side did not start"; exit 1; }
+    --bind "127.0.0.1:$PORT" "${extra[@]}" || { cp "$W/srv-$side.log" "$LOGS/$name.server.log" 2>/dev/null; log "$side did not start"; exit 1; }
   if [ "$kind" = replay ]; then
     key=$(cat /proc/sys/kernel/random/uuid); script=orders-replay.lua
     [ "$(post_once "$tok" "$key")" = 201 ] || { log "$side: could not create the replay key ($name)"; exit 1; }
   fi
-  run_wrk "$WARM" "$script" "$tok" "$key" >"$W/warm.out" 2>&1 || true
+  run_wrk "$WARM" "$script" "$tok" "$key" "$path" >"$W/warm.out" 2>&1 || true
   PSQL postgres -c CHECKPOINT
   wait_quiet || q=NOISY
   pids=$(proc_pids); t0=$(cpu_ticks "$pids")
   mon_start "$W/mon" "$pids"
   local start; start=$(date -u +%FT%TZ)
-  run_wrk "$DUR" "$script" "$tok" "$key" >"$LOGS/$name.wrk" 2>&1 || true
+  run_wrk "$DUR" "$script" "$tok" "$key" "$path" >"$LOGS/$name.wrk" 2>&1 || true
   mon=$(mon_stop "$W/mon"); MON_PID=
   t1=$(cpu_ticks "$pids")
   # the server's warnings and errors, but the startup one every run has (no payment provider here)
@@ -167,7 +172,7 @@ run_one() {
   res=$(grep '^RESULT' "$LOGS/$name.wrk" || echo 'RESULT requests=0')
   local req ok bad se
   req=$(num requests "$res")
-  if [ "$kind" = new ]; then ok=$(num s201 "$res"); else ok=$(num replayed "$res"); fi
+  case $kind in new) ok=$(num s201 "$res");; purchase) ok=$(num s2xx "$res");; *) ok=$(num replayed "$res");; esac
   bad=$((req - ok))
   se=$(( $(num err_connect "$res") + $(num err_read "$res") + $(num err_write "$res") + $(num err_timeout "$res") ))
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$store" "$kind" "$side" \

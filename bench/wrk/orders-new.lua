@@ -1,10 +1,13 @@
 -- wrk: POST /orders (idemkey-server), every request a FRESH random v4-shaped UUID Idempotency-Key.
 -- Env: TOKEN (bearer token), PORTS (see common.lua), WRK_DIR (this folder).
 -- API=lab switches to the article's Node lab: POST /pedidos, {"sku":"LIBRO-TS","cantidad":2}, no auth.
+-- ORDERS_PATH=/purchases posts the same body to idemkey-server's purchases instead.
 dofile(os.getenv("WRK_DIR") .. "/common.lua")
 
 local lab = os.getenv("API") == "lab"
-local path = lab and "/pedidos" or "/orders"
+local orders_path = os.getenv("ORDERS_PATH")
+if orders_path == nil or orders_path == "" then orders_path = "/orders" end
+local path = lab and "/pedidos" or orders_path
 local body = lab and '{"sku":"LIBRO-TS","cantidad":2}' or '{"sku":"LIBRO-TS","quantity":2}'
 local base = { ["Content-Type"] = "application/json" }
 if not lab then base["Authorization"] = "Bearer " .. assert(os.getenv("TOKEN"), "set TOKEN") end

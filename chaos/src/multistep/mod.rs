@@ -9,7 +9,7 @@
 //! lease ends), and an order server is killed and started again. Some
 //! purchases are declined (the charge refused, the reservation released)
 //! and some find their sku out of stock. Once every execution ended and no
-//! step message is pending, [`check::check`] holds each system's own store
+//! step message is pending, `check::check` holds each system's own store
 //! to what the clients saw.
 
 mod check;
