@@ -4,7 +4,7 @@
 //! answers during and after the replay window, for as long as the key's
 //! tombstone is kept, and never executes anything.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use idemkey_core::{
@@ -104,27 +104,33 @@ struct OperationBody<'a> {
     replay_until: Option<String>,
 }
 
-/// Which operation a lookup asks about: `?operation=orders` (the default)
-/// or `?operation=purchases`; a key is scoped to its operation.
-#[derive(serde::Deserialize)]
-pub(super) struct Which {
-    operation: Option<String>,
-}
-
-impl Which {
-    fn operation(&self) -> Result<OperationId, Problem> {
-        match self.operation.as_deref() {
-            None | Some("orders") => Ok(ORDER_OPERATION),
-            Some("purchases") => Ok(PURCHASE_OPERATION),
-            Some(_) => Err(Problem::new(
-                ProblemCode::RequestInvalid,
-                "The operation query parameter names orders or purchases.",
-            )
-            .with_errors(vec![FieldError::new(
-                "/operation",
-                "must be orders or purchases",
-            )])),
+/// Which operation a lookup asks about, from the query: `operation=orders`
+/// (the default) or `operation=purchases`; a key is scoped to its
+/// operation. Other parameters are ignored; a repeated or unknown
+/// `operation` is 400.
+fn operation_of(query: Option<&str>) -> Result<OperationId, Problem> {
+    let invalid = |detail: &str| {
+        Problem::new(
+            ProblemCode::RequestInvalid,
+            "The operation query parameter names orders or purchases, once.",
+        )
+        .with_errors(vec![FieldError::new("/operation", detail)])
+    };
+    let mut named = None;
+    for pair in query.unwrap_or_default().split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name != "operation" {
+            continue;
         }
+        if named.is_some() {
+            return Err(invalid("must appear once"));
+        }
+        named = Some(value);
+    }
+    match named {
+        None | Some("orders") => Ok(ORDER_OPERATION),
+        Some("purchases") => Ok(PURCHASE_OPERATION),
+        Some(_) => Err(invalid("must be orders or purchases")),
     }
 }
 
@@ -133,11 +139,11 @@ pub(super) async fn show(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(segment): Path<String>,
-    Query(which): Query<Which>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let token = bearer_hash(&headers).ok_or_else(Problem::unauthorized)?;
     let key = key_from_segment(&segment, state.settings().key_profile)?;
-    let operation = which.operation()?;
+    let operation = operation_of(query.as_deref())?;
     let read = authed(
         &state,
         token,
@@ -193,6 +199,28 @@ pub(super) async fn show(
 mod tests {
     use super::*;
     use idemkey_core::KeyProfile;
+
+    #[test]
+    fn the_operation_is_read_from_the_query_once() {
+        assert_eq!(operation_of(None).unwrap(), ORDER_OPERATION);
+        assert_eq!(operation_of(Some("x=1")).unwrap(), ORDER_OPERATION);
+        assert_eq!(
+            operation_of(Some("operation=purchases")).unwrap(),
+            PURCHASE_OPERATION
+        );
+        assert_eq!(
+            operation_of(Some("operation=orders")).unwrap(),
+            ORDER_OPERATION
+        );
+        for bad in [
+            "operation=null",
+            "operation=purchases&operation=purchases",
+            "operation=",
+        ] {
+            let problem = operation_of(Some(bad)).unwrap_err();
+            assert_eq!(problem.code(), ProblemCode::RequestInvalid, "{bad}");
+        }
+    }
 
     #[test]
     fn lookup_paths_round_trip_through_the_segment_reader() {
