@@ -226,7 +226,7 @@ cells = []
 for r in rows:
     if (r['store'], r['kind']) not in cells:
         cells.append((r['store'], r['kind']))
-label = {'postgres': 'PostgreSQL', 'sqlite': 'SQLite', 'new': 'new keys', 'replay': 'replays'}
+label = {'postgres': 'PostgreSQL', 'sqlite': 'SQLite', 'new': 'new keys', 'replay': 'replays', 'purchase': 'purchases (202)'}
 def f(x):
     try: return float(x)
     except (TypeError, ValueError): return None

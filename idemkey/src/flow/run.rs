@@ -238,6 +238,10 @@ impl Flows {
         match (outcome, ran) {
             (Outcome::Executed(accepted), Some(id)) => {
                 self.wake.notify_waiters();
+                if self.settings.wait.is_zero() {
+                    // Answer at once: the transaction's own 202.
+                    return Ok(Outcome::Executed(accepted));
+                }
                 Ok(match self.settle_within(key.scope.as_str(), id).await? {
                     Some(view) if view.row.state.ended() => Outcome::Executed(view.response),
                     _ => Outcome::Executed(accepted),

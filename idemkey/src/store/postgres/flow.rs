@@ -1,8 +1,11 @@
 //! The step journal's statements on PostgreSQL: the transitions of
 //! [`crate::flow`] in a caller's transaction, and the reads a state
-//! document needs. The execution's row is locked (`FOR UPDATE`) for the
+//! document needs. Statements go with their parameter types
+//! (`*_typed`): one round trip each, no prepare, also behind a
+//! transaction pooler. The execution's row is locked (`FOR UPDATE`) for the
 //! whole recording transaction, so two owners never record one step.
 
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 use uuid::Uuid;
 
@@ -69,9 +72,12 @@ pub(crate) async fn trim(
     batch: u32,
 ) -> Result<u64, StoreError> {
     client
-        .execute(
-            &*tables.render_static(TRIM),
-            &[&crate::store::millis(retention), &i64::from(batch)],
+        .execute_typed(
+            &tables.render_static(TRIM),
+            &[
+                (&crate::store::millis(retention), Type::INT8),
+                (&i64::from(batch), Type::INT8),
+            ],
         )
         .await
         .map_err(db_error)
@@ -127,15 +133,23 @@ async fn load(
         if lock { " FOR UPDATE" } else { "" }
     );
     let Some(row) = client
-        .query_opt(&tables.render(&sql), &[&scope, &id])
+        .query_typed(
+            &tables.render(&sql),
+            &[(&scope, Type::TEXT), (&id, Type::UUID)],
+        )
         .await
         .map_err(db_error)?
+        .into_iter()
+        .next()
     else {
         return Ok(None);
     };
     let mut flow = flow_from_row(&row)?;
     let steps = client
-        .query(&*tables.render_static(STEPS), &[&scope, &id])
+        .query_typed(
+            &tables.render_static(STEPS),
+            &[(&scope, Type::TEXT), (&id, Type::UUID)],
+        )
         .await
         .map_err(db_error)?;
     for step in &steps {
@@ -154,17 +168,17 @@ async fn load(
 impl Journal for PgJournal<'_, '_> {
     async fn insert_flow(&self, row: &FlowRow) -> Result<(), StoreError> {
         self.tx
-            .execute(
-                &*self.tables.render_static(INSERT_FLOW),
+            .execute_typed(
+                &self.tables.render_static(INSERT_FLOW),
                 &[
-                    &row.id,
-                    &row.scope,
-                    &row.operation,
-                    &row.key,
-                    &row.flow,
-                    &row.state.as_str(),
-                    &row.position,
-                    &row.input,
+                    (&row.id, Type::UUID),
+                    (&row.scope, Type::TEXT),
+                    (&row.operation, Type::TEXT),
+                    (&row.key, Type::TEXT),
+                    (&row.flow, Type::TEXT),
+                    (&row.state.as_str(), Type::TEXT),
+                    (&row.position, Type::INT4),
+                    (&row.input, Type::TEXT),
                 ],
             )
             .await
@@ -183,9 +197,14 @@ impl Journal for PgJournal<'_, '_> {
     ) -> Result<bool, StoreError> {
         let n = self
             .tx
-            .execute(
-                &*self.tables.render_static(SETTLE),
-                &[&message.id, &message.lease, &sent_key, &message.scope],
+            .execute_typed(
+                &self.tables.render_static(SETTLE),
+                &[
+                    (&message.id, Type::INT8),
+                    (&message.lease, Type::UUID),
+                    (&sent_key, Type::TEXT),
+                    (&message.scope, Type::TEXT),
+                ],
             )
             .await
             .map_err(db_error)?;
@@ -194,17 +213,17 @@ impl Journal for PgJournal<'_, '_> {
 
     async fn insert_step(&self, row: &FlowRow, step: &StepRow) -> Result<(), StoreError> {
         self.tx
-            .execute(
-                &*self.tables.render_static(INSERT_STEP),
+            .execute_typed(
+                &self.tables.render_static(INSERT_STEP),
                 &[
-                    &row.id,
-                    &step.idx,
-                    &step.name,
-                    &step.state,
-                    &step.output,
-                    &step.attempts,
-                    &step.downstream_key,
-                    &row.scope,
+                    (&row.id, Type::UUID),
+                    (&step.idx, Type::INT4),
+                    (&step.name, Type::TEXT),
+                    (&step.state, Type::TEXT),
+                    (&step.output, Type::TEXT),
+                    (&step.attempts, Type::INT4),
+                    (&step.downstream_key, Type::TEXT),
+                    (&row.scope, Type::TEXT),
                 ],
             )
             .await
@@ -215,9 +234,13 @@ impl Journal for PgJournal<'_, '_> {
     async fn compensated(&self, row: &FlowRow, idx: i32) -> Result<bool, StoreError> {
         let n = self
             .tx
-            .execute(
-                &*self.tables.render_static(COMPENSATED),
-                &[&row.id, &idx, &row.scope],
+            .execute_typed(
+                &self.tables.render_static(COMPENSATED),
+                &[
+                    (&row.id, Type::UUID),
+                    (&idx, Type::INT4),
+                    (&row.scope, Type::TEXT),
+                ],
             )
             .await
             .map_err(db_error)?;
@@ -229,18 +252,18 @@ impl Journal for PgJournal<'_, '_> {
         let headers = row.response.as_ref().map(StoredResponse::headers_json);
         let body = row.response.as_ref().and_then(|r| r.body.as_deref());
         self.tx
-            .execute(
-                &*self.tables.render_static(UPDATE_FLOW),
+            .execute_typed(
+                &self.tables.render_static(UPDATE_FLOW),
                 &[
-                    &row.id,
-                    &row.state.as_str(),
-                    &row.position,
-                    &row.failed_step,
-                    &row.error,
-                    &status,
-                    &headers,
-                    &body,
-                    &row.scope,
+                    (&row.id, Type::UUID),
+                    (&row.state.as_str(), Type::TEXT),
+                    (&row.position, Type::INT4),
+                    (&row.failed_step, Type::TEXT),
+                    (&row.error, Type::TEXT),
+                    (&status, Type::INT4),
+                    (&headers, Type::TEXT),
+                    (&body, Type::BYTEA),
+                    (&row.scope, Type::TEXT),
                 ],
             )
             .await
@@ -250,15 +273,15 @@ impl Journal for PgJournal<'_, '_> {
 
     async fn enqueue(&self, row: &FlowRow, payload: &str) -> Result<(), StoreError> {
         self.tx
-            .execute(
-                &*self.tables.render_static(ENQUEUE),
+            .execute_typed(
+                &self.tables.render_static(ENQUEUE),
                 &[
-                    &row.scope,
-                    &row.operation,
-                    &row.key,
-                    &STEP_EFFECT,
-                    &row.id.to_string(),
-                    &payload,
+                    (&row.scope, Type::TEXT),
+                    (&row.operation, Type::TEXT),
+                    (&row.key, Type::TEXT),
+                    (&STEP_EFFECT, Type::TEXT),
+                    (&row.id.to_string(), Type::TEXT),
+                    (&payload, Type::TEXT),
                 ],
             )
             .await
@@ -272,16 +295,16 @@ impl Journal for PgJournal<'_, '_> {
         response: &StoredResponse,
     ) -> Result<(), StoreError> {
         self.tx
-            .execute(
-                &*self.tables.render_static(FINISH_RECORD),
+            .execute_typed(
+                &self.tables.render_static(FINISH_RECORD),
                 &[
-                    &row.scope,
-                    &row.operation,
-                    &row.key,
-                    &i32::from(response.status),
-                    &response.headers_json(),
-                    &response.body.as_deref(),
-                    &row.id.to_string(),
+                    (&row.scope, Type::TEXT),
+                    (&row.operation, Type::TEXT),
+                    (&row.key, Type::TEXT),
+                    (&i32::from(response.status), Type::INT4),
+                    (&response.headers_json(), Type::TEXT),
+                    (&response.body.as_deref(), Type::BYTEA),
+                    (&row.id.to_string(), Type::TEXT),
                 ],
             )
             .await
@@ -312,12 +335,18 @@ impl PgDb {
     ) -> Result<Option<Uuid>, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_opt(
-                &*self.tables().render_static(FIND),
-                &[&scope, &operation, &key],
+            .query_typed(
+                &self.tables().render_static(FIND),
+                &[
+                    (&scope, Type::TEXT),
+                    (&operation, Type::TEXT),
+                    (&key, Type::TEXT),
+                ],
             )
             .await
-            .map_err(db_error)?;
+            .map_err(db_error)?
+            .into_iter()
+            .next();
         row.map(|r| r.try_get(0).map_err(db_error)).transpose()
     }
 
@@ -328,12 +357,14 @@ impl PgDb {
     ) -> Result<Option<NextMessage>, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_opt(
-                &*self.tables().render_static(NEXT),
-                &[&scope, &id.to_string()],
+            .query_typed(
+                &self.tables().render_static(NEXT),
+                &[(&scope, Type::TEXT), (&id.to_string(), Type::TEXT)],
             )
             .await
-            .map_err(db_error)?;
+            .map_err(db_error)?
+            .into_iter()
+            .next();
         row.map(|r| {
             Ok(NextMessage {
                 status: r.try_get(0).map_err(db_error)?,
@@ -347,9 +378,9 @@ impl PgDb {
     pub(crate) async fn flow_resume(&self, scope: &str, id: Uuid) -> Result<u64, StoreError> {
         let client = self.client().await?;
         client
-            .execute(
-                &*self.tables().render_static(RESUME),
-                &[&scope, &id.to_string()],
+            .execute_typed(
+                &self.tables().render_static(RESUME),
+                &[(&scope, Type::TEXT), (&id.to_string(), Type::TEXT)],
             )
             .await
             .map_err(db_error)
