@@ -237,7 +237,7 @@ impl Flows {
         let outcome = in_transaction::finish(key, options, result)?;
         match (outcome, ran) {
             (Outcome::Executed(accepted), Some(id)) => {
-                self.wake.notify_waiters();
+                self.wake.notify_one();
                 if self.settings.wait.is_zero() {
                     // Answer at once: the transaction's own 202.
                     return Ok(Outcome::Executed(accepted));
@@ -339,7 +339,7 @@ impl Flows {
     /// a live claim is left alone) and wakes the worker.
     pub async fn resume(&self, scope: &str, id: Uuid) -> Result<(), StoreError> {
         sql!(&self.db, db => db.flow_resume(scope, id).await)?;
-        self.wake.notify_waiters();
+        self.wake.notify_one();
         Ok(())
     }
 
@@ -439,7 +439,7 @@ impl Flows {
         let recorded = self.record(&flow, &message, asked, outcome).await?;
         Ok(match recorded {
             Ok(Recorded::Moved) => {
-                self.wake.notify_waiters();
+                self.wake.notify_one();
                 Settled::Recorded
             }
             Ok(Recorded::Fenced) => Settled::Fenced,
