@@ -6,7 +6,7 @@
 #       provider`: a payment pending then charged on the page, the provider's
 #       answer lost on purpose (the page's switch) and still one charge, a
 #       declined card, a reused purchase reference (409 with a link); and
-#       (issue 29) purchases of three steps: the confirmation's answer lost
+#       purchases of three steps (operations of several steps): the confirmation's answer lost
 #       on purpose (confirm uncertain, then done, one confirmation), a
 #       declined card undone (reserve compensated), no stock (409), a reload.
 # Needs what 50-wasm-browser.sh installs (Chromium, wasm/node_modules, the

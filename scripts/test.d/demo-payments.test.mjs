@@ -2,7 +2,7 @@
 // against a real `idemkey-server serve --demo` on SQLite that delivers each
 // order's charge to a real `idemkey-server provider` (SQLite too, a secret of
 // this run, --latency-ms so a pending payment stays on the page long enough
-// to be seen). Issue 29: the purchases of three steps (reserve, charge,
+// to be seen). Also the purchases of three steps (reserve, charge,
 // confirm) on the same page, each step moving, a confirmation's answer lost
 // on purpose, a declined card undone, no stock. Run by
 // scripts/test.d/55-demo-payments.sh; reuses the browser and server helpers
