@@ -16,8 +16,14 @@ use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, 
 use crate::store::outbox::OutboxMessage;
 use crate::store::{StoreError, Tables};
 
-const COLUMNS: &str = "id, scope, operation, key, flow, state, position, input, failed_step, \
-                       error, response_status, response_headers, response_body";
+/// An execution's row, by scope and id (locked, the second, for a
+/// recording transaction).
+const LOAD: &str = "SELECT id, scope, operation, key, flow, state, position, input, failed_step, \
+     error, response_status, response_headers, response_body FROM idemkey_flows \
+     WHERE scope = $1::text AND id = $2::uuid";
+const LOAD_LOCKED: &str = "SELECT id, scope, operation, key, flow, state, position, input, \
+     failed_step, error, response_status, response_headers, response_body FROM idemkey_flows \
+     WHERE scope = $1::text AND id = $2::uuid FOR UPDATE";
 const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, \
      position, input) VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text, \
      $7::int4, $8::text)";
@@ -41,8 +47,8 @@ const UPDATE_FLOW: &str = "UPDATE idemkey_flows SET state = $2::text, position =
      failed_step = $4::text, error = $5::text, response_status = $6::int4, \
      response_headers = $7::text, response_body = $8::bytea, \
      updated_at = statement_timestamp() WHERE scope = $9::text AND id = $1::uuid";
-const ENQUEUE: &str = "INSERT INTO outbox (scope, operation, key, effect, resource_id, payload) \
-     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text)";
+/// The outbox's own enqueue: a step's message is an outbox message.
+const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 const FINISH_RECORD: &str = "UPDATE idempotency_records SET response_status = $4::int4, \
      response_headers = $5::text, response_body = $6::bytea \
      WHERE scope = $1::text AND operation = $2::text AND key = $3::text \
@@ -128,13 +134,10 @@ async fn load(
     id: Uuid,
     lock: bool,
 ) -> Result<Option<FlowRow>, StoreError> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM idemkey_flows WHERE scope = $1::text AND id = $2::uuid{}",
-        if lock { " FOR UPDATE" } else { "" }
-    );
+    let sql = if lock { LOAD_LOCKED } else { LOAD };
     let Some(row) = client
         .query_typed(
-            &tables.render(&sql),
+            &tables.render_static(sql),
             &[(&scope, Type::TEXT), (&id, Type::UUID)],
         )
         .await

@@ -15,7 +15,22 @@ use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, 
 use crate::store::outbox::OutboxMessage;
 use crate::store::{StoreError, Tables};
 
-const NOW: &str = "CAST(round(unixepoch('subsec') * 1000) AS INTEGER)";
+const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, \
+     position, input, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
+     CAST(round(unixepoch('subsec') * 1000) AS INTEGER), \
+     CAST(round(unixepoch('subsec') * 1000) AS INTEGER))";
+/// Fenced by the claim: this lease token, and a lease not yet ended at the
+/// store's clock (see the PostgreSQL statement).
+const SETTLE: &str = "UPDATE outbox SET status = 'delivered', result = 'recorded', \
+     downstream_key = ?3, settled_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER), \
+     lease = NULL, lease_until = NULL \
+     WHERE id = ?1 AND lease = ?2 AND status = 'pending' \
+       AND lease_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)";
+const INSERT_STEP: &str = "INSERT INTO idemkey_steps (scope, flow_id, idx, name, state, output, \
+     attempts, downstream_key, recorded_at) VALUES (?8, ?1, ?2, ?3, ?4, ?5, ?6, ?7, \
+     CAST(round(unixepoch('subsec') * 1000) AS INTEGER))";
+/// The outbox's own enqueue: a step's message is an outbox message.
+const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 const LOAD: &str = "SELECT id, scope, operation, key, flow, state, position, input, failed_step, \
      error, response_status, response_headers, response_body FROM idemkey_flows \
      WHERE scope = ?1 AND id = ?2";
@@ -157,13 +172,9 @@ impl SqliteJournal<'_> {
 
 impl Journal for SqliteJournal<'_> {
     fn insert_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let sql = format!(
-            "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, position, input, \
-             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NOW}, {NOW})"
-        );
         ready(
             self.conn
-                .prepare_cached(&self.tables.render(&sql))
+                .prepare_cached(&self.tables.render_static(INSERT_FLOW))
                 .and_then(|mut stmt| {
                     stmt.execute(params![
                         row.id.to_string(),
@@ -194,16 +205,9 @@ impl Journal for SqliteJournal<'_> {
         message: &OutboxMessage,
         sent_key: Option<&str>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        // Fenced by the claim: this lease token, and a lease not yet ended
-        // at the store's clock (see the PostgreSQL statement).
-        let sql = format!(
-            "UPDATE outbox SET status = 'delivered', result = 'recorded', downstream_key = ?3, \
-             settled_at = {NOW}, lease = NULL, lease_until = NULL \
-             WHERE id = ?1 AND lease = ?2 AND status = 'pending' AND lease_until > {NOW}"
-        );
         ready(
             self.conn
-                .prepare_cached(&self.tables.render(&sql))
+                .prepare_cached(&self.tables.render_static(SETTLE))
                 .and_then(|mut stmt| {
                     stmt.execute(params![message.id, message.lease.to_string(), sent_key])
                 })
@@ -217,13 +221,9 @@ impl Journal for SqliteJournal<'_> {
         row: &FlowRow,
         step: &StepRow,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let sql = format!(
-            "INSERT INTO idemkey_steps (scope, flow_id, idx, name, state, output, attempts, \
-             downstream_key, recorded_at) VALUES (?8, ?1, ?2, ?3, ?4, ?5, ?6, ?7, {NOW})"
-        );
         ready(
             self.conn
-                .prepare_cached(&self.tables.render(&sql))
+                .prepare_cached(&self.tables.render_static(INSERT_STEP))
                 .and_then(|mut stmt| {
                     stmt.execute(params![
                         row.id.to_string(),
@@ -280,13 +280,9 @@ impl Journal for SqliteJournal<'_> {
         row: &FlowRow,
         payload: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let sql = format!(
-            "INSERT INTO outbox (scope, operation, key, effect, resource_id, payload, \
-             available_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, {NOW}, {NOW})"
-        );
         ready(
             self.conn
-                .prepare_cached(&self.tables.render(&sql))
+                .prepare_cached(&self.tables.render_static(ENQUEUE))
                 .and_then(|mut stmt| {
                     stmt.execute(params![
                         row.scope,
