@@ -43,7 +43,12 @@ def ratio(a, b, nd=2):
     return f'{a / b:.{nd}f}×'
 
 
+def verdict(ok):
+    return 'NA' if ok is None else ('yes' if ok else '**no**')
+
+
 http = read_tsv('http.tsv')
+http_lg = [r for r in read_tsv('http-loadgen.tsv') if r['variant'] == 'default']
 pgb = read_tsv('pgbench.tsv')
 bursts = read_tsv('bursts.tsv')
 wasm = read_tsv('wasm.tsv')
@@ -102,6 +107,41 @@ if unavail:
         for ln in unavail.splitlines()))
 p('')
 
+# ---- two generators -------------------------------------------------------------------------------
+if http_lg:
+    p('## Two generators side by side', '',
+      'Every cell above measured again right after, by `bench/loadgen` (each request timed from its own '
+      'send to its own answer, every latency kept: exact percentiles, nothing added). wrk corrects its '
+      'histogram for coordinated omission: for every answer slower than the mean interval it inserts '
+      'synthetic samples below it, so one stalled connection becomes hundreds of samples. A closed loop '
+      'of N connections must show a mean latency of N / rate (Little\'s law): the generator whose mean '
+      'does not is the one whose histogram is not what its requests saw.', '',
+      '| system | procs | workload | conns | req/s wrk / loadgen | p50 ms wrk / loadgen | p99 ms wrk / loadgen '
+      '| p99.9 ms wrk / loadgen | max ms wrk / loadgen | mean ms wrk / loadgen / Little | quiet |',
+      '|---|---:|---|---:|---|---|---|---|---|---|---|')
+    for r in main:
+        g = cell(r['system'], r['procs'], r['kind'], r['conns'], http_lg)
+        if not g:
+            continue
+
+        def pair(k, nd=1):
+            return f"{fmt(num(r.get(k)), nd)} / {fmt(num(g.get(k)), nd)}"
+        p(f"| {LABEL.get(r['system'], r['system'])} | {r['procs']} | {r['kind']} | {r['conns']} | "
+          f"{pair('rps', 0)} | {pair('p50_ms', 2)} | {pair('p99_ms')} | {pair('p999_ms')} | {pair('max_ms', 0)} | "
+          f"{fmt(num(r.get('mean_ms')), 2)} / {fmt(num(g.get('mean_ms')), 2)} / {fmt(num(g.get('little_ms')), 2)} | "
+          f"{r['quiet']}, {g['quiet']} |")
+    p('', '| target (loadgen) | measured | met? |', '|---|---|---|')
+    for sysname in (IDK, NODE):
+        for kind in ('new', 'replay'):
+            for c in sorted({r['conns'] for r in http_lg}, key=int):
+                two, one = cell(sysname, 2, kind, c, http_lg), cell(sysname, 1, kind, c, http_lg)
+                if two and one and num(one['p99_ms']):
+                    v = num(two['p99_ms']) / num(one['p99_ms'])
+                    p(f"| {LABEL[sysname]}: 2-process p99 ≤ 3× the 1-process p99 ({kind}, c{c}) | "
+                      f"{fmt(num(two['p99_ms']), 2)} ms vs {fmt(num(one['p99_ms']), 2)} ms = {v:.2f}× | "
+                      f"{verdict(v <= 3)} |")
+    p('')
+
 # ---- ratios --------------------------------------------------------------------------------------
 p('## Ratios', '',
   'idemkey / Node lab at the same processes and connections (req/s: higher is better; p99, CPU and RSS: '
@@ -126,10 +166,6 @@ p('## Issue 8 targets (this run)', '', '| target | measured | met? |', '|---|---
 def best(kind, conns):
     rs = [x for x in main if x['system'] == IDK and x['kind'] == kind and x['conns'] == str(conns)]
     return max(rs, key=lambda x: num(x['rps']) or 0) if rs else None
-
-
-def verdict(ok):
-    return 'NA' if ok is None else ('yes' if ok else '**no**')
 
 
 for kind, script, share, conns in (('new', 'new-1rt', 0.70, 16), ('replay', 'replay-select', 0.50, 16)):

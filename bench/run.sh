@@ -11,7 +11,9 @@
 #      DB truncated + CHECKPOINT before every cell, after waiting for a quiet box:
 #        node lab (article code, pg pool max 5) 1 and 2 processes; idemkey-server on PostgreSQL 1 and
 #        2 processes; idemkey-server on SQLite (if the backend exists); workloads new key per request
-#        and replay of one completed key; then bursts of one key by N clients at once;
+#        and replay of one completed key; then bursts of one key by N clients at once; every cell is
+#        measured a second time by bench/loadgen (GEN2=1), which times each request from its own send
+#        to its own answer, side by side with wrk's (corrected) histogram;
 #   5. pgbench ceilings on our schema (multi-statement transaction, the server's own 1-round-trip
 #      statement, the replay SELECT, the server's replay statement);
 #   6. optional extras (EXTRAS=1): server variants (RUST_LOG=warn, pool sizes), replays with the
@@ -27,7 +29,9 @@
 # BURST_N (200), BURST_REPEAT (3), PGBENCH_PLAN, EXTRAS (1), LAYER_PEER (1; its ROUNDS 3 x SECS 5 via
 # LAYER_PEER_ROUNDS, LAYER_PEER_SECS), MICRO (1), QUIET_MAX (90 s per cell),
 # NICE (0; -20 = cluster, servers, wrk, pgbench at high CPU priority on a box loaded by others),
-# W (/tmp/idemkey-bench), PGPORT (55449), BASE_PORT (38100), REBUILD_LAB (0), OUT.
+# W (/tmp/idemkey-bench), PGPORT (55449), BASE_PORT (38100), REBUILD_LAB (0), OUT, GEN2 (1: the second
+# generator), LOADGEN (a prebuilt bench/loadgen), FSYNC_PROBE (1: pg_test_fsync before and after),
+# CHART (1: the chart, with matplotlib).
 set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
@@ -50,6 +54,9 @@ SYSTEMS=${SYSTEMS:-"node:1 node:2 idemkey-pg:1 idemkey-pg:2 idemkey-sqlite:1"}
 KINDS=${KINDS:-"new replay"}
 PGBENCH_PLAN=${PGBENCH_PLAN:-"new-txn:16 new-1rt:16 new-1rt:64 replay-select:16 replay-select:64 replay-1rt:16"}
 MICRO=${MICRO:-1}; REBUILD_LAB=${REBUILD_LAB:-0}
+# GEN2=1 (default): every HTTP cell is measured twice, by wrk and by bench/loadgen (http-loadgen.tsv).
+GEN2=${GEN2:-1}
+FSYNC_PROBE=${FSYNC_PROBE:-1}   # pg_test_fsync before and after (0: skip, for the smoke)
 BASE_PORT=${BASE_PORT:-38100}; P1=$BASE_PORT; P2=$((BASE_PORT + 1))
 OUT=${OUT:-$BENCH/results/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT/logs" "$W"; chmod 1777 "$W"
@@ -64,11 +71,17 @@ trap cleanup EXIT
 
 # ---- 1. build ---------------------------------------------------------------------------------
 command -v wrk >/dev/null || { apt-get update -qq; apt-get install -y -qq wrk; }
-"$PY" -c 'import matplotlib' 2>/dev/null || "$PY" -m pip install -q matplotlib
+# CHART=0: no chart, so no matplotlib to install (the test command's smoke).
+CHART=${CHART:-1}
+if [ "$CHART" = 1 ]; then "$PY" -c 'import matplotlib' 2>/dev/null || "$PY" -m pip install -q matplotlib; fi
 log "build idemkey-server (release) and the core's benches"
 [ -n "$SERVER_GIVEN" ] || (cd "$ROOT" && cargo build -q --release -p idemkey-server --bin idemkey-server)
+# The second generator (bench/loadgen): every request timed from its own send to its own answer.
+# LOADGEN=PATH runs a prebuilt one (the test command's smoke gives its debug build).
+if [ "$GEN2" = 1 ] && [ -z "${LOADGEN:-}" ]; then (cd "$ROOT" && cargo build -q --release -p idemkey-loadgen); fi
+LOADGEN=${LOADGEN:-$CARGO_TARGET_DIR/release/idemkey-loadgen}
 [ "$MICRO" = 1 ] && (cd "$ROOT" && cargo bench -q -p idemkey-core --bench core --no-run 2>/dev/null)
-if [ "$REBUILD_LAB" = 1 ] || [ ! -s "$W/idempotencia-lab/dist/server.js" ]; then
+if [[ " $SYSTEMS " == *" node:"* ]] && { [ "$REBUILD_LAB" = 1 ] || [ ! -s "$W/idempotencia-lab/dist/server.js" ]; }; then
   log "build the article's Node lab (peer build-lab.sh) in $W/idempotencia-lab"
   "$PEERDIR/build-lab.sh" >"$OUT/logs/build-lab.log" 2>&1 || { tail "$OUT/logs/build-lab.log"; exit 1; }
 fi
@@ -99,8 +112,10 @@ fi
   echo "nproc: $(nproc)"; grep -m1 'model name' /proc/cpuinfo; free -g | sed -n 2p; uname -r
   echo "node: $(node --version)"; wrk --version 2>&1 | head -1; "$PGBIN/postgres" --version
   echo "quick: $QUICK dur_s: $DUR conns: $CONNS wrk: -t2 closed loop nice: $NICE"
-  echo "pg_test_fsync (1 s per test, one 8 kB write + flush):"
-  "$PGBIN/pg_test_fsync" -s 1 -f "$W/fsync.tmp" 2>/dev/null | sed -n '/one 8kB write/,/^$/p'; rm -f "$W/fsync.tmp"
+  if [ "$FSYNC_PROBE" = 1 ]; then
+    echo "pg_test_fsync (1 s per test, one 8 kB write + flush):"
+    "$PGBIN/pg_test_fsync" -s 1 -f "$W/fsync.tmp" 2>/dev/null | sed -n '/one 8kB write/,/^$/p'; rm -f "$W/fsync.tmp"
+  fi
   set -e -o pipefail
 } >"$OUT/machine.txt"
 PSQL postgres -c "SELECT name, setting, unit, source FROM pg_settings WHERE name IN ('fsync','synchronous_commit',
@@ -158,16 +173,29 @@ post_once() {  # post_once KEY -> HTTP status of one POST to the first port
   fi
 }
 run_wrk() {  # run_wrk CONNS SECONDS SCRIPT [KEY] -> wrk output on stdout
-  KEY=${4:-} API=$API TOKEN=$TOK PORTS=$PORTS WRK_DIR=$BENCH/wrk \
+  KEY=${4:-} API=$API TOKEN=$TOK PORTS=$PORTS WRK_DIR=$BENCH/wrk CONNS=$1 \
     RUN_NICE wrk -t2 -c"$1" -d"$2s" --latency -s "$BENCH/wrk/$3" "http://127.0.0.1:$P1"
 }
 
-HTTP_TSV=$OUT/http.tsv
-printf 'system\tvariant\tprocs\tkind\tconns\tdur_s\trequests\trps\tp50_ms\tp90_ms\tp99_ms\tmax_ms\ts201\ts2xx_other\ts409\ts422\ts503\tsother\treplayed\tsock_err\torders_rows\tserver_cpu_s\tserver_cpu_s_per_1k\trss_mb_sum\trss_mb_max\twal_syncs\tcommits\tquiet\tbusy_pct\tpg_cpu_s\tload_cpu_s\tforeign_cpu_s\tsteal_pct\n' >"$HTTP_TSV"
+# run_loadgen CONNS SECONDS KEY -> one RESULT line (bench/loadgen), the same requests as the wrk scripts;
+# its per-request log goes to $LG_LOG when set.
+run_loadgen() {
+  local args=(--ports "$PORTS" -c "$1" -t 2 -d "$2" -H 'Content-Type: application/json')
+  if [ "$API" = lab ]; then args+=(--path /pedidos --body '{"sku":"LIBRO-TS","cantidad":2}')
+  else args+=(--path /orders --body '{"sku":"LIBRO-TS","quantity":2}' -H "Authorization: Bearer $TOK"); fi
+  [ -n "${3:-}" ] && args+=(--key "$3")
+  [ -n "${LG_LOG:-}" ] && args+=(--log "$LG_LOG")
+  RUN_NICE "$LOADGEN" "${args[@]}"
+}
 
-# http_cell SYS VARIANT PROCS KIND CONNS (servers already up)
+HTTP_TSV=$OUT/http.tsv
+LG_TSV=$OUT/http-loadgen.tsv
+printf 'system\tvariant\tprocs\tkind\tconns\tdur_s\trequests\trps\tp50_ms\tp90_ms\tp99_ms\tmax_ms\ts201\ts2xx_other\ts409\ts422\ts503\tsother\treplayed\tsock_err\torders_rows\tserver_cpu_s\tserver_cpu_s_per_1k\trss_mb_sum\trss_mb_max\twal_syncs\tcommits\tquiet\tbusy_pct\tpg_cpu_s\tload_cpu_s\tforeign_cpu_s\tsteal_pct\tmean_ms\tlittle_ms\tp999_ms\n' | tee "$LG_TSV" >"$HTTP_TSV"
+
+# http_cell SYS VARIANT PROCS KIND CONNS [GEN] (servers already up): GEN wrk (default; http.tsv) or
+# loadgen (http-loadgen.tsv, extra columns p999_ms, mean_ms, little_ms).
 http_cell() {
-  local sys=$1 variant=$2 procs=$3 kind=$4 c=$5 key='' script=orders-new.lua q=quiet name pids
+  local sys=$1 variant=$2 procs=$3 kind=$4 c=$5 gen=${6:-wrk} key='' script=orders-new.lua q=quiet name pids tsv=$HTTP_TSV
   reset_db
   if [ "$kind" = replay ]; then
     key=$(cat /proc/sys/kernel/random/uuid); script=orders-replay.lua
@@ -175,12 +203,14 @@ http_cell() {
   fi
   wait_quiet || q=NOISY
   name="$sys-$variant-p$procs-$kind-c$c"; pids=$(proc_pids)
+  [ "$gen" = loadgen ] && { name=$name-loadgen; tsv=$LG_TSV; }
   local t0 w0 c0 t1 w1 c1 mon r
   t0=$(cpu_ticks "$pids"); read -r w0 c0 < <(wal_stats)
   [ "$sys" = idemkey-pg ] && pgstat_snap "$OUT/logs/$name.pgstat0"
   mon_start "$OUT/logs/$name.mon" "$pids"
   date -u +%s.%N >"$OUT/logs/$name.time"
-  run_wrk "$c" "$DUR" "$script" "$key" >"$OUT/logs/$name.wrk" 2>&1 || true
+  if [ "$gen" = loadgen ]; then LG_LOG=$OUT/logs/$name.requests run_loadgen "$c" "$DUR" "$key" >"$OUT/logs/$name.wrk" 2>&1 || true
+  else run_wrk "$c" "$DUR" "$script" "$key" >"$OUT/logs/$name.wrk" 2>&1 || true; fi
   date -u +%s.%N >>"$OUT/logs/$name.time"
   mon=$(mon_stop "$OUT/logs/$name.mon")
   t1=$(cpu_ticks "$pids"); read -r w1 c1 < <(wal_stats)
@@ -190,7 +220,7 @@ http_cell() {
   req=$(field requests "$r"); cpu=$(awk -v t=$((t1 - t0)) -v hz="$HZ" 'BEGIN{printf "%.2f", t/hz}')
   se=$(( $(num err_connect "$r") + $(num err_read "$r") + $(num err_write "$r") + $(num err_timeout "$r") ))
   [ "$sys" = idemkey-pg ] && pgstat_delta "$OUT/logs/$name.pgstat0" "$req" >"$OUT/logs/$name.pgstat"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
     "$sys" "$variant" "$procs" "$kind" "$c" "$(field duration_s "$r")" "$req" "$(field rps "$r")" \
     "$(field p50_ms "$r")" "$(field p90_ms "$r")" "$(field p99_ms "$r")" "$(field max_ms "$r")" \
     "$(field s201 "$r")" "$(field s2xx "$r")" "$(field s409 "$r")" "$(field s422 "$r")" "$(field s503 "$r")" \
@@ -198,7 +228,8 @@ http_cell() {
     "$(awk -v c="$cpu" -v n="$req" 'BEGIN{ if (n > 0) printf "%.3f", 1000 * c / n; else print "NA" }')" \
     "$(awk -v k="$hs" 'BEGIN{printf "%.1f", k/1024}')" "$(awk -v k="$hm" 'BEGIN{printf "%.1f", k/1024}')" \
     "$((w1 - w0))" "$((c1 - c0))" "$q" "$(field busy_pct "$mon")" "$(field pg_cpu_s "$mon")" \
-    "$(field load_cpu_s "$mon")" "$(field foreign_cpu_s "$mon")" "$(field steal_pct "$mon")" | tee -a "$HTTP_TSV" >&2
+    "$(field load_cpu_s "$mon")" "$(field foreign_cpu_s "$mon")" "$(field steal_pct "$mon")" \
+    "$(field mean_ms "$r")" "$(field little_ms "$r")" "$(field p999_ms "$r")" | tee -a "$tsv" >&2
 }
 
 BURST_TSV=$OUT/bursts.tsv
@@ -262,10 +293,15 @@ for item in $SYSTEMS; do
   fi
   log "system $sys, $procs process(es)"
   start_system "$sys" "$procs" || { printf '%s\tdefault\t%s\tall\t-\tdid not start\n' "$sys" "$procs" >>"$OUT/unavailable.tsv"; continue; }
-  run_wrk 16 "$WARM" orders-new.lua >/dev/null 2>&1 || true                 # warm-up (JIT, pools)
-  k=$(cat /proc/sys/kernel/random/uuid); post_once "$k" >/dev/null
-  run_wrk 16 "$WARM" orders-replay.lua "$k" >/dev/null 2>&1 || true
-  for c in $CONNS; do for kind in $KINDS; do http_cell "$sys" default "$procs" "$kind" "$c"; done; done
+  if [ "$WARM" != 0 ]; then                                                  # warm-up (JIT, pools)
+    run_wrk 16 "$WARM" orders-new.lua >/dev/null 2>&1 || true
+    k=$(cat /proc/sys/kernel/random/uuid); post_once "$k" >/dev/null
+    run_wrk 16 "$WARM" orders-replay.lua "$k" >/dev/null 2>&1 || true
+  fi
+  for c in $CONNS; do for kind in $KINDS; do
+    http_cell "$sys" default "$procs" "$kind" "$c"
+    if [ "$GEN2" = 1 ]; then http_cell "$sys" default "$procs" "$kind" "$c" loadgen; fi
+  done; done
   if [ "$procs" = 2 ] || [ "$sys" = idemkey-sqlite ]; then log "bursts $sys"; burst "$sys" "$procs"; fi
 done
 stop_all_procs
@@ -350,8 +386,10 @@ if [ "$EXTRAS" = 1 ]; then
 fi
 stop_all_procs
 "$PEERDIR/stop-pg.sh" >/dev/null 2>&1 || true
-{ echo "pg_test_fsync after the measurements:"
-  "$PGBIN/pg_test_fsync" -s 1 -f "$W/fsync.tmp" 2>/dev/null | grep -E '^\s+fdatasync' || true; rm -f "$W/fsync.tmp"; } >>"$OUT/machine.txt"
+if [ "$FSYNC_PROBE" = 1 ]; then
+  { echo "pg_test_fsync after the measurements:"
+    "$PGBIN/pg_test_fsync" -s 1 -f "$W/fsync.tmp" 2>/dev/null | grep -E '^\s+fdatasync' || true; rm -f "$W/fsync.tmp"; } >>"$OUT/machine.txt"
+fi
 
 # ---- 7. Layer / in-transaction vs axum-idempotent, core microbenchmarks, wasm size ------------------
 if [ "$LAYER_PEER" = 1 ]; then

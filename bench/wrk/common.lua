@@ -1,7 +1,7 @@
 -- Shared by orders-new.lua and orders-replay.lua (loaded with dofile; path from env WRK_DIR).
 -- PORTS="38100,38101": wrk threads are assigned round-robin to those ports on 127.0.0.1 (use -t equal
 -- to a multiple of the port count), like the peer harness. Counts statuses per thread and prints one
--- machine-readable RESULT line at the end.
+-- machine-readable RESULT line at the end (CONNS: the -c given, for Little's law's mean).
 threads = {}
 
 function setup(thread)
@@ -43,9 +43,12 @@ function done(summary, latency, requests)
   io.write(string.format(
     "RESULT requests=%d duration_s=%.2f rps=%.1f p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f max_ms=%.2f " ..
     "s201=%d s2xx=%d s409=%d s422=%d s503=%d sother=%d replayed=%d " ..
-    "err_connect=%d err_read=%d err_write=%d err_timeout=%d\n",
+    "err_connect=%d err_read=%d err_write=%d err_timeout=%d mean_ms=%.3f little_ms=%.3f p999_ms=%.2f\n",
     summary.requests, summary.duration / 1e6, summary.requests / (summary.duration / 1e6),
     latency:percentile(50) / 1000, latency:percentile(90) / 1000, latency:percentile(99) / 1000,
     latency.max / 1000, t.c201, t.c2xx, t.c409, t.c422, t.c503, t.cother, t.creplayed,
-    e.connect, e.read, e.write, e.timeout))
+    e.connect, e.read, e.write, e.timeout, latency.mean / 1000,
+    -- Little's law: the mean latency a closed loop of CONNS connections must show at this rate
+    1000 * (tonumber(os.getenv("CONNS") or "0") or 0) / math.max(summary.requests / (summary.duration / 1e6), 1e-9),
+    latency:percentile(99.9) / 1000))
 end

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The benchmark command, small: bench/run.sh on its own throwaway cluster
+# with the debug server the tests built, one second per cell, PostgreSQL
+# with 1 and 2 processes, replays at 4 connections, each cell measured by
+# wrk and by bench/loadgen, one pgbench cell, a burst of one key over the
+# two processes, the report. Checks that every part ran, that the burst
+# made exactly one order, and that the report holds both generators' rows:
+# the figures of a debug build on a busy box mean nothing, the command
+# working does. (The real run: docs/performance.md, "The command".)
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}"
+
+fail() {
+    echo "65-bench-smoke.sh: FAILED: $*" >&2
+    exit 1
+}
+
+cargo build -q -p idemkey-server --bin idemkey-server
+cargo build -q -p idemkey-loadgen
+OUT=$(mktemp -d /tmp/idemkey-bench-smoke-out.XXXXXX)
+W=$(mktemp -d /tmp/idemkey-bench-smoke.XXXXXX)
+trap 'rm -rf "$OUT" "$W"' EXIT
+
+W=$W OUT=$OUT SERVER=$CARGO_TARGET_DIR/debug/idemkey-server LOADGEN=$CARGO_TARGET_DIR/debug/idemkey-loadgen \
+    PGPORT=55461 BASE_PORT=38170 QUICK=1 DUR=1 WARM=0 CONNS=4 KINDS=replay \
+    SYSTEMS="idemkey-pg:1 idemkey-pg:2" BURST_N=10 BURST_REPEAT=1 PGBENCH_PLAN="replay-select:4" \
+    EXTRAS=0 LAYER_PEER=0 MICRO=0 QUIET_MAX=0 FSYNC_PROBE=0 CHART=0 \
+    bash bench/run.sh >"$OUT/run.log" 2>&1 || { tail -30 "$OUT/run.log" >&2; fail "bench/run.sh exited $?"; }
+
+summary=$OUT/summary.md
+grep -q '^## Two generators side by side' "$summary" || fail "no generators section in the report"
+for gen in http.tsv http-loadgen.tsv; do
+    for procs in 1 2; do
+        row=$(awk -F'\t' -v p="$procs" '$1 == "idemkey-pg" && $3 == p && $4 == "replay"' "$OUT/$gen")
+        [ -n "$row" ] || fail "$gen: no replay cell with $procs process(es)"
+        requests=$(cut -f7 <<<"$row"); ok=$(cut -f13 <<<"$row"); replayed=$(cut -f19 <<<"$row")
+        [ "${requests:-0}" -gt 0 ] || fail "$gen, $procs process(es): no request measured"
+        [ "$ok" = "$requests" ] && [ "$replayed" = "$requests" ] \
+            || fail "$gen, $procs process(es): $requests requests, $ok 201, $replayed replayed"
+    done
+done
+grep -q 'p99 ≤ 3× the 1-process p99 (replay, c4)' "$summary" || fail "no 2-process tail target in the report"
+bursts=$(awk -F'\t' 'NR > 1 && $1 == "idemkey-pg" && $2 == 2' "$OUT/bursts.tsv")
+[ -n "$bursts" ] || fail "no burst of one key over 2 processes"
+awk -F'\t' '$13 != "yes" { exit 1 }' <<<"$bursts" || fail "a burst of one key did not make exactly one order: $bursts"
+echo "65-bench-smoke.sh: bench/run.sh ran every part; both generators measured 1 and 2 processes"
