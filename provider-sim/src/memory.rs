@@ -203,7 +203,10 @@ mod tests {
             call(&app, charge("k1", 100)).await.0,
             StatusCode::UNPROCESSABLE_ENTITY
         );
-        assert_eq!(call(&app, charge("k2", 402)).await.0, StatusCode::PAYMENT_REQUIRED);
+        assert_eq!(
+            call(&app, charge("k2", 402)).await.0,
+            StatusCode::PAYMENT_REQUIRED
+        );
         let anonymous = Request::get("/charges/k1").body(Body::empty()).unwrap();
         assert_eq!(call(&app, anonymous).await.0, StatusCode::UNAUTHORIZED);
     }

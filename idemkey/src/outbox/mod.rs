@@ -14,9 +14,7 @@ mod metrics;
 mod throttle;
 mod worker;
 
-pub use message::{
-    OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
-};
+pub use message::{OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement};
 pub use metrics::OutboxMetrics;
 pub use throttle::Rate;
 pub use worker::{Delivery, MAX_RETRY_AFTER, SETTLE_WITHIN, Settled, Worker, WorkerSettings};

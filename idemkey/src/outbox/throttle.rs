@@ -89,7 +89,11 @@ pub(crate) struct Throttle {
 impl Throttle {
     /// Limits `effect` to `rate`, starting with a full bucket at `now`.
     pub(crate) fn limit(&self, effect: &str, rate: Rate, now: Instant) {
-        self.gates.lock().entry(effect.to_owned()).or_default().bucket = Some(Bucket {
+        self.gates
+            .lock()
+            .entry(effect.to_owned())
+            .or_default()
+            .bucket = Some(Bucket {
             rate,
             tokens: f64::from(rate.burst.get()),
             at: now,
@@ -143,8 +147,7 @@ impl Throttle {
         let mut gates = self.gates.lock();
         if let Some(bucket) = gates.get_mut(effect).and_then(|g| g.bucket.as_mut()) {
             bucket.refill(now);
-            bucket.tokens =
-                (bucket.tokens + f64::from(n)).min(f64::from(bucket.rate.burst.get()));
+            bucket.tokens = (bucket.tokens + f64::from(n)).min(f64::from(bucket.rate.burst.get()));
         }
     }
 

@@ -284,18 +284,30 @@ impl Worker {
         // unless woken.
         let mut quiet_until: Option<Instant> = None;
         let mut stopping = false;
+        let room = |in_flight: &JoinSet<_>| {
+            concurrency.saturating_sub(u32::try_from(in_flight.len()).unwrap_or(u32::MAX))
+        };
         loop {
-            let room = concurrency.saturating_sub(u32::try_from(in_flight.len()).unwrap_or(u32::MAX));
-            if !stopping && room >= claim_at && quiet_until.is_none_or(|t| t <= Instant::now()) {
+            // Claim while there is room and the claims come back full.
+            while !stopping && quiet_until.is_none_or(|t| t <= Instant::now()) {
+                let free = room(&in_flight);
+                if free < claim_at {
+                    break;
+                }
                 quiet_until = None;
-                match self.claim(room.min(batch)).await {
+                let asked = free.min(batch);
+                match self.claim(asked).await {
                     Ok(messages) if messages.is_empty() => {
                         quiet_until = Some(self.next_look(Instant::now()));
                     }
                     Ok(messages) => {
+                        let full = messages.len() >= asked as usize;
                         for message in messages {
                             let worker = self.clone();
                             in_flight.spawn(async move { worker.deliver(message).await });
+                        }
+                        if full {
+                            continue;
                         }
                     }
                     Err(err) => {
@@ -303,12 +315,16 @@ impl Worker {
                         quiet_until = Some(Instant::now() + self.settings.idle_poll);
                     }
                 }
+                break;
             }
             let due = settle_by.is_some_and(|t| t <= Instant::now());
-            if !ready.is_empty() && (ready.len() >= batch as usize || in_flight.is_empty() || due)
-            {
+            if !ready.is_empty() && (ready.len() >= batch as usize || in_flight.is_empty() || due) {
                 if let Err(err) = self.settle(&ready).await {
-                    warn!(error = %err, outcomes = ready.len(), "outbox worker: settling failed; their claims expire");
+                    warn!(
+                        error = %err,
+                        outcomes = ready.len(),
+                        "outbox worker: settling failed; their claims expire"
+                    );
                 }
                 ready.clear();
                 settle_by = None;
@@ -316,10 +332,8 @@ impl Worker {
             if stopping && in_flight.is_empty() && ready.is_empty() {
                 return;
             }
-            let claimable = !stopping
-                && concurrency.saturating_sub(u32::try_from(in_flight.len()).unwrap_or(u32::MAX))
-                    >= claim_at;
-            let look_at = quiet_until.filter(|_| claimable);
+            // Wait for the next look only while there is room to claim in.
+            let look_at = quiet_until.filter(|_| !stopping && room(&in_flight) >= claim_at);
             tokio::select! {
                 () = &mut shutdown, if !stopping => stopping = true,
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
@@ -474,7 +488,11 @@ impl Worker {
         let after = after.min(MAX_RETRY_AFTER);
         if self.throttle.pause(effect, Instant::now() + after) {
             self.metrics.count(effect, "paused");
-            info!(effect, after_ms = after.as_millis(), "the downstream asked to wait: sends of this effect paused");
+            info!(
+                effect,
+                after_ms = after.as_millis(),
+                "the downstream asked to wait: sends of this effect paused"
+            );
         }
     }
 
