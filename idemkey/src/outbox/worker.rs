@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use idemkey_core::{AttemptOutcome, RetryPolicy, RetryStep};
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -267,73 +267,70 @@ impl Worker {
 
     /// Delivers until `shutdown` completes: up to `concurrency` deliveries
     /// in flight, claiming more as room frees up, settling outcomes in
-    /// batches. Store errors are logged and retried after the idle poll (an
-    /// outcome that could not be settled leaves its claim to expire: the
-    /// message is delivered again, looked up first). At shutdown it claims
-    /// nothing more and settles the deliveries in flight.
+    /// batches. A claim and a settlement run beside the deliveries and
+    /// beside each other (one of each at a time): outcomes that finish
+    /// while a settlement is being written go in the next one. Store errors
+    /// are logged and retried after the idle poll (an outcome that could not
+    /// be settled leaves its claim to expire: the message is delivered
+    /// again, looked up first). At shutdown it claims nothing more and
+    /// settles the deliveries in flight.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let mut shutdown = std::pin::pin!(shutdown);
         let batch = self.settings.batch.max(1);
-        let concurrency = self.settings.concurrency.max(1);
+        let concurrency = self.settings.concurrency.max(1) as usize;
         // Claim when this much room is free: half, or a whole batch if less.
-        let claim_at = batch.min(concurrency.div_ceil(2));
+        let claim_at = (batch as usize).min(concurrency.div_ceil(2));
         let mut in_flight = JoinSet::new();
+        let mut claiming: Option<JoinHandle<Result<Vec<OutboxMessage>, StoreError>>> = None;
+        let mut settling: Option<JoinHandle<Result<(), StoreError>>> = None;
         let mut ready: Vec<OutboxOutcome> = Vec::new();
         let mut settle_by: Option<Instant> = None;
         // Set after a claim found nothing (or failed): no claim before it
         // unless woken.
         let mut quiet_until: Option<Instant> = None;
         let mut stopping = false;
-        let room = |in_flight: &JoinSet<_>| {
-            concurrency.saturating_sub(u32::try_from(in_flight.len()).unwrap_or(u32::MAX))
-        };
         loop {
-            // Claim while there is room and the claims come back full.
-            while !stopping && quiet_until.is_none_or(|t| t <= Instant::now()) {
-                let free = room(&in_flight);
-                if free < claim_at {
-                    break;
-                }
+            let free = concurrency.saturating_sub(in_flight.len());
+            let quiet = quiet_until.is_some_and(|t| t > Instant::now());
+            if !stopping && claiming.is_none() && !quiet && free >= claim_at {
                 quiet_until = None;
-                let asked = free.min(batch);
-                match self.claim(asked).await {
-                    Ok(messages) if messages.is_empty() => {
-                        quiet_until = Some(self.next_look(Instant::now()));
-                    }
-                    Ok(messages) => {
-                        let full = messages.len() >= asked as usize;
-                        for message in messages {
-                            let worker = self.clone();
-                            in_flight.spawn(async move { worker.deliver(message).await });
-                        }
-                        if full {
-                            continue;
-                        }
-                    }
-                    Err(err) => {
-                        warn!(error = %err, "outbox worker: store error");
-                        quiet_until = Some(Instant::now() + self.settings.idle_poll);
-                    }
-                }
-                break;
+                let asked = u32::try_from(free).unwrap_or(u32::MAX).min(batch);
+                let worker = self.clone();
+                claiming = Some(tokio::spawn(async move { worker.claim(asked).await }));
             }
             let due = settle_by.is_some_and(|t| t <= Instant::now());
-            if !ready.is_empty() && (ready.len() >= batch as usize || in_flight.is_empty() || due) {
-                if let Err(err) = self.settle(&ready).await {
-                    warn!(
-                        error = %err,
-                        outcomes = ready.len(),
-                        "outbox worker: settling failed; their claims expire"
-                    );
-                }
-                ready.clear();
+            if settling.is_none()
+                && !ready.is_empty()
+                && (ready.len() >= batch as usize || in_flight.is_empty() || due)
+            {
+                let outcomes = std::mem::take(&mut ready);
                 settle_by = None;
+                let worker = self.clone();
+                settling = Some(tokio::spawn(async move {
+                    let settled = worker.settle(&outcomes).await;
+                    if let Err(err) = &settled {
+                        warn!(
+                            error = %err,
+                            outcomes = outcomes.len(),
+                            "outbox worker: settling failed; their claims expire"
+                        );
+                    }
+                    settled
+                }));
             }
-            if stopping && in_flight.is_empty() && ready.is_empty() {
+            if stopping
+                && in_flight.is_empty()
+                && claiming.is_none()
+                && settling.is_none()
+                && ready.is_empty()
+            {
                 return;
             }
             // Wait for the next look only while there is room to claim in.
-            let look_at = quiet_until.filter(|_| !stopping && room(&in_flight) >= claim_at);
+            let look_at = quiet_until
+                .filter(|_| !stopping && concurrency.saturating_sub(in_flight.len()) >= claim_at);
+            // A due settlement waits for the one being written, not a timer.
+            let settle_at = settle_by.filter(|_| settling.is_none());
             tokio::select! {
                 () = &mut shutdown, if !stopping => stopping = true,
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
@@ -346,7 +343,26 @@ impl Worker {
                         Err(err) => warn!(error = %err, "outbox worker: store error"),
                     }
                 }
-                () = sleep_until(settle_by), if settle_by.is_some() => {}
+                claimed = finished(&mut claiming), if claiming.is_some() => {
+                    claiming = None;
+                    match claimed {
+                        Ok(messages) if messages.is_empty() => {
+                            quiet_until = Some(self.next_look(Instant::now()));
+                        }
+                        Ok(messages) => {
+                            for message in messages {
+                                let worker = self.clone();
+                                in_flight.spawn(async move { worker.deliver(message).await });
+                            }
+                        }
+                        Err(err) => {
+                            warn!(error = %err, "outbox worker: store error");
+                            quiet_until = Some(Instant::now() + self.settings.idle_poll);
+                        }
+                    }
+                }
+                _ = finished(&mut settling), if settling.is_some() => settling = None,
+                () = sleep_until(settle_at), if settle_at.is_some() => {}
                 () = sleep_until(look_at), if look_at.is_some() => {}
                 () = self.wake.notified(), if !stopping => quiet_until = None,
             }
@@ -539,6 +555,19 @@ fn joined(
     done: Result<Result<Option<OutboxOutcome>, StoreError>, tokio::task::JoinError>,
 ) -> Result<Option<OutboxOutcome>, StoreError> {
     done.unwrap_or_else(|err| Err(StoreError::Unavailable(format!("delivery task: {err}"))))
+}
+
+/// What a claim or a settlement running beside the deliveries came to
+/// (never called without one); a task that panicked is a store error.
+async fn finished<T>(
+    task: &mut Option<JoinHandle<Result<T, StoreError>>>,
+) -> Result<T, StoreError> {
+    match task.as_mut() {
+        Some(task) => task
+            .await
+            .unwrap_or_else(|err| Err(StoreError::Unavailable(format!("outbox task: {err}")))),
+        None => std::future::pending().await,
+    }
 }
 
 /// Sleeps until `at` (never called without one).

@@ -75,9 +75,14 @@ impl PgDb {
         let client = self.client().await?;
         let lease = Uuid::new_v4();
         let rows = client
-            .query(
-                &*self.tables().render_static(CLAIM),
-                &[&i64::from(limit), &millis(lease_for), &lease, &effects],
+            .query_typed(
+                &self.tables().render_static(CLAIM),
+                &[
+                    (&i64::from(limit), Type::INT8),
+                    (&millis(lease_for), Type::INT8),
+                    (&lease, Type::UUID),
+                    (&effects, Type::TEXT_ARRAY),
+                ],
             )
             .await
             .map_err(db_error)?;
