@@ -12,7 +12,9 @@
 # simulator are always BIN's: the baseline has no --memory).
 #   bench/outbox-pace.sh [ORDER_SECONDS=8] [MIX_SECONDS=60]
 # Env: BIN (idemkey-server), BEFORE_BIN (the baseline; empty: skip it), PG (idemkey-pg), W (work
-# dir), NICE (e.g. -20: every process at that priority), DRAIN_MAX (s, 120), SKIP_MIX=1.
+# dir), NICE (e.g. -20: every process at that priority), DRAIN_MAX (s, 120), SKIP_MIX=1,
+# MESSAGES (15000: the worker rounds' messages, topped up from the orders'), AFTER_FLAGS (more
+# flags for BIN's worker, e.g. "--outbox-batch 64 --outbox-concurrency 128").
 # Starts and stops only its own processes, by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,9 +23,12 @@ BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/idemkey-server}
 BEFORE_BIN=${BEFORE_BIN-/work/baseline/idemkey-server-i29b}
 PG=${PG:-${CARGO_TARGET_DIR:-target}/debug/idemkey-pg}
 W=${W:-/tmp/idemkey-outbox-pace}
-NICE=${NICE:-0} DRAIN_MAX=${DRAIN_MAX:-120}
+NICE=${NICE:-0} DRAIN_MAX=${DRAIN_MAX:-120} MESSAGES=${MESSAGES:-15000}
 SECRET=outbox-bench-secret
-RUN() { if [ "$NICE" != 0 ]; then nice -n "$NICE" "$@"; else "$@"; fi; }
+# A command run in the background through nice (which execs it), never through a shell function:
+# $! must be the process's own PID.
+PRIO=(); [ "$NICE" != 0 ] && PRIO=(nice -n "$NICE")
+RUN() { "${PRIO[@]}" "$@"; }
 rm -rf "$W"; mkdir -p "$W"
 pids=()
 cleanup() {
@@ -44,15 +49,15 @@ SHOP=$(RUN "$PG" start "$W/pg" --db shop | sed -n 's/^DATABASE_URL=//p')
 PROVIDER=$(RUN "$PG" start "$W/pg" --db provider | sed -n 's/^DATABASE_URL=//p')
 TOKEN=$("$BIN" account create bench --database-url "$SHOP" 2>/dev/null | tail -1)
 SIM=http://127.0.0.1:47001 SINK=http://127.0.0.1:47002
-RUN "$BIN" provider --bind 127.0.0.1:47001 --database-url "$PROVIDER" --token "$SECRET" \
+"${PRIO[@]}" "$BIN" provider --bind 127.0.0.1:47001 --database-url "$PROVIDER" --token "$SECRET" \
   >"$W/provider.log" 2>&1 & pids+=($!)
-RUN "$BIN" serve --bind 127.0.0.1:47000 --database-url "$SHOP" --outbox-workers 0 \
+"${PRIO[@]}" "$BIN" serve --bind 127.0.0.1:47000 --database-url "$SHOP" --outbox-workers 0 \
   >"$W/serve.log" 2>&1 & pids+=($!)
 wait_http $SIM/charges; wait_http http://127.0.0.1:47000/healthz
 sink_pid=
 start_sink() { # a fresh memory sink (nothing remembered from the round before)
   [ -n "$sink_pid" ] && { kill "$sink_pid"; wait "$sink_pid" 2>/dev/null || true; }
-  RUN "$BIN" provider --memory --bind 127.0.0.1:47002 --token "$SECRET" >"$W/sink.log" 2>&1 &
+  "${PRIO[@]}" "$BIN" provider --memory --bind 127.0.0.1:47002 --token "$SECRET" >"$W/sink.log" 2>&1 &
   sink_pid=$!; pids+=("$sink_pid"); wait_http $SINK/charges
 }
 orders() { # SECONDS OUT: wrk orders at c16
@@ -63,8 +68,16 @@ orders() { # SECONDS OUT: wrk orders at c16
 
 # -- orders at c16 (and the messages of the worker rounds) ---------------------------------------
 rate=$(orders "$ORDER_SECS" "$W/orders.txt")
+echo "RESULT kind=orders store=postgres c=16 per_second=$rate"
+# The worker rounds deliver MESSAGES charges whatever the order rate was: copies of an order's
+# message, each with an order id and key of its own.
+psql_to "$SHOP" "INSERT INTO outbox (scope, operation, key, effect, resource_id, payload)
+  SELECT o.scope, o.operation, gen_random_uuid()::text, 'charge', r.id::text,
+         json_build_object('order_id', r.id, 'amount_cents', 5980, 'currency', 'EUR')::text
+  FROM (SELECT scope, operation FROM outbox LIMIT 1) o,
+       (SELECT gen_random_uuid() AS id FROM generate_series(1,
+          GREATEST(0, $MESSAGES - (SELECT count(*) FROM outbox)))) r" >/dev/null
 N=$(psql_to "$SHOP" "SELECT count(*) FROM outbox")
-echo "RESULT kind=orders store=postgres c=16 per_second=$rate messages=$N"
 
 # -- the simulator alone -------------------------------------------------------------------------
 SECRET=$SECRET PORTS=47001 WRK_DIR=$PWD/bench/wrk \
@@ -81,11 +94,14 @@ round() { # LABEL BIN TARGET(sink|sim)
   psql_to "$SHOP" "UPDATE outbox SET status = 'pending', attempts = 0, result = NULL,
     downstream_key = NULL, settled_at = NULL, lease = NULL, lease_until = NULL, last_error = NULL,
     available_at = statement_timestamp()" >/dev/null
+  # Fresh statistics after rewriting every row, as autovacuum would give a long-running table.
+  psql_to "$SHOP" "VACUUM ANALYZE outbox" >/dev/null
   if [ "$target" = sink ]; then start_sink; url=$SINK
-  else psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records" >/dev/null; url=$SIM; fi
+  else psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records CASCADE" >/dev/null; url=$SIM; fi
   start=$(now)
-  RUN "$bin" worker --database-url "$SHOP" --payments-url "$url" --payments-token "$SECRET" \
-    >"$W/worker-$label-$target.log" 2>&1 &
+  local flags=(); [ "$label" = after ] && read -ra flags <<<"${AFTER_FLAGS:-}"
+  "${PRIO[@]}" "$bin" worker --database-url "$SHOP" --payments-url "$url" --payments-token "$SECRET" \
+    "${flags[@]}" >"$W/worker-$label-$target.log" 2>&1 &
   wpid=$!; pids+=("$wpid")
   until [ "$(psql_to "$SHOP" "SELECT count(*) FROM outbox WHERE status = 'delivered'")" = "$N" ]; do
     sleep 0.05
@@ -106,9 +122,9 @@ done
 # -- sustained: orders at c16 with a worker and the simulator, then the drain --------------------
 mixed() { # LABEL BIN
   local label=$1 bin=$2 wpid stop drained pending
-  psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records" >/dev/null
+  psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records CASCADE" >/dev/null
   psql_to "$SHOP" "DELETE FROM outbox" >/dev/null
-  RUN "$bin" worker --database-url "$SHOP" --payments-url $SIM --payments-token "$SECRET" \
+  "${PRIO[@]}" "$bin" worker --database-url "$SHOP" --payments-url $SIM --payments-token "$SECRET" \
     >"$W/worker-mixed-$label.log" 2>&1 &
   wpid=$!; pids+=("$wpid")
   rate=$(orders "$MIX_SECS" "$W/mixed-$label.txt")
