@@ -47,7 +47,7 @@ round() { # WORKERS
   psql_to "$SHOP" "UPDATE outbox SET status = 'pending', attempts = 0, result = NULL,
     downstream_key = NULL, settled_at = NULL, lease = NULL, lease_until = NULL,
     available_at = statement_timestamp()" >/dev/null
-  psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records" >/dev/null
+  psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records CASCADE" >/dev/null
   local wpids=()
   start=$(date +%s.%N)
   for w in $(seq 1 "$k"); do

@@ -173,6 +173,7 @@ fn settings() -> FlowSettings {
 fn worker_settings(lease: Duration) -> WorkerSettings {
     WorkerSettings {
         batch: 8,
+        concurrency: 16,
         lease,
         idle_poll: Duration::from_millis(10),
         retry: RetryPolicy {

@@ -23,7 +23,7 @@ pub const MAX_AMOUNT_CENTS: i64 = 100_000_000_000;
 
 /// A charge as the provider shows it.
 #[derive(Serialize)]
-struct ChargeBody<'a> {
+pub(crate) struct ChargeBody<'a> {
     id: String,
     idempotency_key: &'a str,
     order_id: String,
@@ -46,15 +46,15 @@ impl<'a> From<&'a Charge> for ChargeBody<'a> {
 }
 
 /// A charge request's members, checked.
-struct ChargeRequest {
-    order_id: uuid::Uuid,
-    amount_cents: i64,
-    currency: String,
+pub(crate) struct ChargeRequest {
+    pub(crate) order_id: uuid::Uuid,
+    pub(crate) amount_cents: i64,
+    pub(crate) currency: String,
 }
 
 /// Reads `{"order_id", "amount_cents", "currency"}`; 400 `request-invalid`
 /// with a pointer per failing member otherwise.
-fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<ChargeRequest, Problem> {
+pub(crate) fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<ChargeRequest, Problem> {
     json_body(headers)?;
     let invalid = |errors| {
         Problem::new(ProblemCode::RequestInvalid, "The charge is invalid.").with_errors(errors)

@@ -66,6 +66,7 @@ mod charges;
 mod confirmations;
 pub mod faults;
 mod http;
+mod memory;
 pub mod problems;
 mod refunds;
 mod requests;
@@ -150,6 +151,12 @@ pub struct ProviderArgs {
     /// (logged) without it.
     #[arg(long, env = "IDEMKEY_PROVIDER_FAULT_SEED")]
     pub fault_seed: Option<u64>,
+    /// Benchmark sink: keep charges in memory (no database, no idempotency
+    /// records; lost at exit) and answer only POST /charges and GET
+    /// /charges/{key}, one charge per caller and key, to measure a client's
+    /// own cost. Not a simulator of a provider; --database-url is ignored.
+    #[arg(long, env = "IDEMKEY_PROVIDER_MEMORY")]
+    pub memory: bool,
     /// Listen on an address other than loopback. The simulator is for tests
     /// and the demo (plain HTTP, faults on purpose, a request log anyone
     /// with a secret can read): it refuses such an address without this.
@@ -263,13 +270,28 @@ pub async fn run(args: ProviderArgs) -> Result<(), String> {
             args.bind
         ));
     }
-    let db = Db::open(&args.database_url)
-        .await
-        .map_err(|e| format!("cannot open the database: {e}"))?;
     let seed = match args.fault_seed {
         Some(seed) => seed,
         None => random_seed()?,
     };
+    if args.memory {
+        let (listener, local) = idemkey::serve::bind(args.bind).await?;
+        warn!(
+            address = %local,
+            "memory benchmark sink (charges only, nothing stored) listening on http://{local}"
+        );
+        return serve(
+            listener,
+            memory::router(&args, seed),
+            shutdown_signal(),
+            Duration::from_secs(5),
+        )
+        .await
+        .map_err(|e| format!("server error: {e}"));
+    }
+    let db = Db::open(&args.database_url)
+        .await
+        .map_err(|e| format!("cannot open the database: {e}"))?;
     let (app, _) = router(db.clone(), &args, seed);
     let (listener, local) = idemkey::serve::bind(args.bind).await?;
     info!(

@@ -91,6 +91,7 @@ async fn sign_up(db: &Db, key: &RecordKey, status: u16) -> Outcome {
 fn fast() -> WorkerSettings {
     WorkerSettings {
         batch: 16,
+        concurrency: 32,
         lease: Duration::from_secs(10),
         idle_poll: Duration::from_millis(20),
         retry: RetryPolicy {

@@ -11,8 +11,10 @@
 /// The messages as the stores read and write them.
 pub use crate::store::outbox as message;
 mod metrics;
+mod throttle;
 mod worker;
 
-pub use message::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
+pub use message::{OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement};
 pub use metrics::OutboxMetrics;
-pub use worker::{Delivery, MAX_RETRY_AFTER, Settled, Worker, WorkerSettings};
+pub use throttle::Rate;
+pub use worker::{Delivery, MAX_RETRY_AFTER, SETTLE_WITHIN, Settled, Worker, WorkerSettings};

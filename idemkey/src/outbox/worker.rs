@@ -4,6 +4,20 @@
 //! delivered, refused for good, retried after a full-jitter backoff (the
 //! downstream's `Retry-After` honoured), or dead-lettered when the attempts
 //! run out.
+//!
+//! [`Worker::run`] keeps up to [`WorkerSettings::concurrency`] deliveries in
+//! flight and claims the next batch as soon as half of that room is free,
+//! so one slow send holds only itself. Outcomes are settled together: one
+//! write for every outcome ready (one statement on PostgreSQL, one
+//! transaction on SQLite), as soon as a batch of them is ready or
+//! [`SETTLE_WITHIN`] after the first, each still fenced by its own lease.
+//! A claimed message is always delivered and settled, or its claim is left
+//! to expire (a store error), never dropped.
+//!
+//! An effect's sends are paced by the operator's [`Rate`] (messages are
+//! claimed only as fast as the limit lets them be sent) and by the
+//! downstream: a `Retry-After` pauses every new send of that effect until it
+//! ends, not only the message it answered.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,12 +27,19 @@ use std::time::Duration;
 
 use idemkey_core::{AttemptOutcome, RetryPolicy, RetryStep};
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::OutboxMetrics;
-use crate::store::outbox::{OutboxMessage, Settlement};
+use super::throttle::{Rate, Throttle};
+use crate::store::outbox::{OutboxMessage, OutboxOutcome, Settlement};
 use crate::store::{Db, StoreError};
+
+/// The longest an outcome waits for others to be settled with: its lease
+/// is running, and the message's next attempt (if any) is not due before
+/// it is settled.
+pub const SETTLE_WITHIN: Duration = Duration::from_millis(5);
 
 /// The longest a delivery waits on a downstream's `Retry-After`: an answer
 /// can neither park a message for years nor overflow a timestamp, and a
@@ -92,8 +113,11 @@ enum Handler {
 /// How a worker claims and retries.
 #[derive(Clone, Copy, Debug)]
 pub struct WorkerSettings {
-    /// Messages claimed at once (delivered concurrently).
+    /// Messages claimed at once, and outcomes settled at once.
     pub batch: u32,
+    /// Deliveries in flight at most ([`Worker::run`]); the next batch is
+    /// claimed when half of them (or a batch, if less) have finished.
+    pub concurrency: u32,
     /// How long a claim lasts; a delivery is cut off (as uncertain) at half
     /// of it, so a live worker's claim never ends under it.
     pub lease: Duration,
@@ -108,6 +132,7 @@ impl Default for WorkerSettings {
     fn default() -> Self {
         Self {
             batch: 16,
+            concurrency: 32,
             lease: Duration::from_secs(30),
             idle_poll: Duration::from_millis(250),
             retry: RetryPolicy {
@@ -127,6 +152,7 @@ pub struct Worker {
     settings: WorkerSettings,
     metrics: Arc<OutboxMetrics>,
     wake: Arc<Notify>,
+    throttle: Arc<Throttle>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -147,6 +173,7 @@ impl Worker {
             settings,
             metrics: Arc::default(),
             wake: Arc::default(),
+            throttle: Arc::default(),
         }
     }
 
@@ -195,68 +222,238 @@ impl Worker {
         self
     }
 
-    /// Claims one batch of due messages and delivers them; how many it
-    /// claimed.
+    /// Sends of `effect` start at most at `rate` (in this process: its
+    /// clones share the limit, other processes have their own). Messages of
+    /// `effect` are claimed only as fast as the limit lets them be sent.
+    #[must_use]
+    pub fn rate_limit(self, effect: &str, rate: Rate) -> Self {
+        self.throttle.limit(effect, rate, Instant::now());
+        self
+    }
+
+    /// How long new sends of `effect` stay paused by a downstream's
+    /// `Retry-After`, if they are.
+    pub fn paused_for(&self, effect: &str) -> Option<Duration> {
+        self.throttle.paused_for(effect, Instant::now())
+    }
+
+    /// Claims one batch of due messages, delivers them, settles them in one
+    /// write, and answers how many it claimed.
     pub async fn run_once(&self) -> Result<usize, StoreError> {
-        let effects: Vec<String> = self.handlers.keys().cloned().collect();
-        let messages = self
-            .db
-            .claim_outbox(&effects, self.settings.batch, self.settings.lease)
-            .await?;
+        let messages = self.claim(self.settings.batch.max(1)).await?;
         let claimed = messages.len();
         let mut deliveries = JoinSet::new();
         for message in messages {
             let worker = self.clone();
             deliveries.spawn(async move { worker.deliver(message).await });
         }
+        let mut outcomes = Vec::with_capacity(claimed);
         let mut first_error = None;
         while let Some(done) = deliveries.join_next().await {
-            match done {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => {
-                    first_error.get_or_insert(err);
-                }
+            match joined(done) {
+                Ok(Some(outcome)) => outcomes.push(outcome),
+                Ok(None) => {}
                 Err(err) => {
-                    first_error
-                        .get_or_insert(StoreError::Unavailable(format!("delivery task: {err}")));
+                    first_error.get_or_insert(err);
                 }
             }
         }
+        self.settle(&outcomes).await?;
         match first_error {
             Some(err) => Err(err),
             None => Ok(claimed),
         }
     }
 
-    /// Delivers until `shutdown` completes; store errors are logged and
-    /// retried after the idle poll.
+    /// Delivers until `shutdown` completes: up to `concurrency` deliveries
+    /// in flight, claiming more as room frees up, settling outcomes in
+    /// batches. A claim and a settlement run beside the deliveries and
+    /// beside each other (one of each at a time): outcomes that finish
+    /// while a settlement is being written go in the next one. Store errors
+    /// are logged and retried after the idle poll (an outcome that could not
+    /// be settled leaves its claim to expire: the message is delivered
+    /// again, looked up first). At shutdown it claims nothing more and
+    /// settles the deliveries in flight.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let mut shutdown = std::pin::pin!(shutdown);
+        let batch = self.settings.batch.max(1);
+        let concurrency = self.settings.concurrency.max(1) as usize;
+        // Claim when this much room is free: half, or a whole batch if less.
+        let claim_at = (batch as usize).min(concurrency.div_ceil(2));
+        let mut in_flight = JoinSet::new();
+        let mut claiming: Option<JoinHandle<Result<Vec<OutboxMessage>, StoreError>>> = None;
+        let mut settling: Option<JoinHandle<Result<(), StoreError>>> = None;
+        let mut ready: Vec<OutboxOutcome> = Vec::new();
+        let mut settle_by: Option<Instant> = None;
+        // Set after a claim found nothing (or failed): no claim before it
+        // unless woken.
+        let mut quiet_until: Option<Instant> = None;
+        let mut stopping = false;
         loop {
-            let idle = match self.run_once().await {
-                Ok(0) => true,
-                Ok(_) => false,
-                Err(err) => {
-                    warn!(error = %err, "outbox worker: store error");
-                    true
-                }
-            };
-            if idle {
-                tokio::select! {
-                    () = &mut shutdown => return,
-                    () = tokio::time::sleep(self.settings.idle_poll) => {}
-                    () = self.wake.notified() => {}
-                }
-            } else if futures_now(&mut shutdown) {
+            let free = concurrency.saturating_sub(in_flight.len());
+            let quiet = quiet_until.is_some_and(|t| t > Instant::now());
+            if !stopping && claiming.is_none() && !quiet && free >= claim_at {
+                quiet_until = None;
+                let asked = u32::try_from(free).unwrap_or(u32::MAX).min(batch);
+                let worker = self.clone();
+                claiming = Some(tokio::spawn(async move { worker.claim(asked).await }));
+            }
+            let due = settle_by.is_some_and(|t| t <= Instant::now());
+            if settling.is_none()
+                && !ready.is_empty()
+                && (ready.len() >= batch as usize || in_flight.is_empty() || due)
+            {
+                let outcomes = std::mem::take(&mut ready);
+                settle_by = None;
+                let worker = self.clone();
+                settling = Some(tokio::spawn(async move {
+                    let settled = worker.settle(&outcomes).await;
+                    if let Err(err) = &settled {
+                        warn!(
+                            error = %err,
+                            outcomes = outcomes.len(),
+                            "outbox worker: settling failed; their claims expire"
+                        );
+                    }
+                    settled
+                }));
+            }
+            if stopping
+                && in_flight.is_empty()
+                && claiming.is_none()
+                && settling.is_none()
+                && ready.is_empty()
+            {
                 return;
+            }
+            // Wait for the next look only while there is room to claim in.
+            let look_at = quiet_until
+                .filter(|_| !stopping && concurrency.saturating_sub(in_flight.len()) >= claim_at);
+            // A due settlement waits for the one being written, not a timer.
+            let settle_at = settle_by.filter(|_| settling.is_none());
+            tokio::select! {
+                () = &mut shutdown, if !stopping => stopping = true,
+                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    match joined(done) {
+                        Ok(Some(outcome)) => {
+                            ready.push(outcome);
+                            settle_by.get_or_insert_with(|| Instant::now() + SETTLE_WITHIN);
+                        }
+                        Ok(None) => {}
+                        Err(err) => warn!(error = %err, "outbox worker: store error"),
+                    }
+                }
+                claimed = finished(&mut claiming), if claiming.is_some() => {
+                    claiming = None;
+                    match claimed {
+                        Ok(messages) if messages.is_empty() => {
+                            quiet_until = Some(self.next_look(Instant::now()));
+                        }
+                        Ok(messages) => {
+                            for message in messages {
+                                let worker = self.clone();
+                                in_flight.spawn(async move { worker.deliver(message).await });
+                            }
+                        }
+                        Err(err) => {
+                            warn!(error = %err, "outbox worker: store error");
+                            quiet_until = Some(Instant::now() + self.settings.idle_poll);
+                        }
+                    }
+                }
+                _ = finished(&mut settling), if settling.is_some() => settling = None,
+                () = sleep_until(settle_at), if settle_at.is_some() => {}
+                () = sleep_until(look_at), if look_at.is_some() => {}
+                () = self.wake.notified(), if !stopping => quiet_until = None,
             }
         }
     }
 
-    async fn deliver(&self, message: OutboxMessage) -> Result<(), StoreError> {
+    /// When a worker whose claim found nothing looks again: after the idle
+    /// poll, or sooner when a paused or rate-limited effect opens.
+    fn next_look(&self, now: Instant) -> Instant {
+        self.handlers
+            .keys()
+            .filter_map(|effect| self.throttle.opens_at(effect, now))
+            .fold(now + self.settings.idle_poll, Instant::min)
+    }
+
+    /// Claims up to `room` due messages of the effects that may send now:
+    /// none of a paused effect, and of a rate-limited one only as many as
+    /// its limit lets start now (each claimed separately).
+    async fn claim(&self, room: u32) -> Result<Vec<OutboxMessage>, StoreError> {
+        let now = Instant::now();
+        let (mut limited, mut open) = (Vec::new(), Vec::new());
+        for effect in self.handlers.keys() {
+            if self.throttle.paused_for(effect, now).is_some() {
+                continue;
+            }
+            if self.throttle.is_limited(effect) {
+                limited.push(effect.clone());
+            } else {
+                open.push(effect.clone());
+            }
+        }
+        let mut room = room;
+        let mut messages = Vec::new();
+        // The limited first: their limit keeps them from crowding out the
+        // others.
+        for effect in limited {
+            let allowed = self.throttle.take(&effect, room, now);
+            if allowed == 0 {
+                continue;
+            }
+            let claimed = self
+                .db
+                .claim_outbox(std::slice::from_ref(&effect), allowed, self.settings.lease)
+                .await;
+            let got = claimed.as_ref().map_or(0, Vec::len);
+            let got = u32::try_from(got).unwrap_or(allowed);
+            self.throttle
+                .give_back(&effect, allowed - got.min(allowed), Instant::now());
+            messages.extend(claimed?);
+            room -= got.min(room);
+        }
+        if room > 0 && !open.is_empty() {
+            messages.extend(
+                self.db
+                    .claim_outbox(&open, room, self.settings.lease)
+                    .await?,
+            );
+        }
+        Ok(messages)
+    }
+
+    /// Settles `outcomes` in one write; a claim found taken over is counted
+    /// `lease-lost` (the other worker's answer counts: the downstream
+    /// deduplicated by the key).
+    async fn settle(&self, outcomes: &[OutboxOutcome]) -> Result<(), StoreError> {
+        let settled = self.db.settle_outbox_batch(outcomes).await?;
+        for (outcome, settled) in outcomes.iter().zip(settled) {
+            if !settled {
+                self.metrics.count(&outcome.message.effect, "lease-lost");
+                info!(id = outcome.message.id, "outbox claim lost before settling");
+            }
+        }
+        Ok(())
+    }
+
+    /// Delivers one message: the outcome for the worker to settle, or none
+    /// when its handler settled it (or was fenced) itself.
+    async fn deliver(&self, message: OutboxMessage) -> Result<Option<OutboxOutcome>, StoreError> {
         let Some(handler) = self.handlers.get(&message.effect) else {
-            return Ok(());
+            return Ok(None);
         };
+        // A downstream's pushback that arrived after this message was
+        // claimed: it is not sent, and its claim is handed back.
+        if let Some(after) = self.throttle.paused_for(&message.effect, Instant::now()) {
+            self.metrics.count(&message.effect, "postponed");
+            return Ok(Some(OutboxOutcome {
+                sent_key: message.sent_key.clone(),
+                settlement: Settlement::Postponed { after },
+                message,
+            }));
+        }
         let (delivery, key) = match handler {
             Handler::Deliver(deliver) => {
                 let cutoff = self.settings.lease / 2;
@@ -270,11 +467,11 @@ impl Worker {
             Handler::Settles(handle) => match handle(message.clone()).await? {
                 Settled::Recorded => {
                     self.metrics.count(&message.effect, "delivered");
-                    return Ok(());
+                    return Ok(None);
                 }
                 Settled::Fenced => {
                     self.metrics.count(&message.effect, "lease-lost");
-                    return Ok(());
+                    return Ok(None);
                 }
                 Settled::Again { delivery, sent_key } => (
                     delivery,
@@ -283,22 +480,36 @@ impl Worker {
             },
         };
         self.metrics.count(&message.effect, delivery.label());
+        if let Delivery::Retry {
+            after: Some(after), ..
+        } = &delivery
+        {
+            self.pause(&message.effect, *after);
+        }
         let settlement = self.settlement(&message, delivery);
         if matches!(settlement, Settlement::Dead { .. }) {
             self.metrics.count(&message.effect, "dead");
             warn!(id = message.id, effect = %message.effect, "outbox message dead-lettered");
         }
-        if !self
-            .db
-            .settle_outbox(&message, Some(&key), &settlement)
-            .await?
-        {
-            // Its lease ended and another worker took it over: that one's
-            // answer counts (the downstream deduplicated by the key).
-            self.metrics.count(&message.effect, "lease-lost");
-            info!(id = message.id, "outbox claim lost before settling");
+        Ok(Some(OutboxOutcome {
+            message,
+            sent_key: Some(key),
+            settlement,
+        }))
+    }
+
+    /// The downstream said when to come back: no new send of `effect`
+    /// before then (up to [`MAX_RETRY_AFTER`]).
+    fn pause(&self, effect: &str, after: Duration) {
+        let after = after.min(MAX_RETRY_AFTER);
+        if self.throttle.pause(effect, Instant::now() + after) {
+            self.metrics.count(effect, "paused");
+            info!(
+                effect,
+                after_ms = after.as_millis(),
+                "the downstream asked to wait: sends of this effect paused"
+            );
         }
-        Ok(())
     }
 
     fn settlement(&self, message: &OutboxMessage, delivery: Delivery) -> Settlement {
@@ -338,11 +549,32 @@ impl Worker {
     }
 }
 
-/// Whether `shutdown` has completed, without waiting for it.
-fn futures_now(shutdown: &mut Pin<&mut impl Future<Output = ()>>) -> bool {
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    shutdown.as_mut().poll(&mut cx).is_ready()
+/// A finished delivery task's result; a task that panicked is a store
+/// error for the caller's log (its claim expires).
+fn joined(
+    done: Result<Result<Option<OutboxOutcome>, StoreError>, tokio::task::JoinError>,
+) -> Result<Option<OutboxOutcome>, StoreError> {
+    done.unwrap_or_else(|err| Err(StoreError::Unavailable(format!("delivery task: {err}"))))
+}
+
+/// What a claim or a settlement running beside the deliveries came to
+/// (never called without one); a task that panicked is a store error.
+async fn finished<T>(
+    task: &mut Option<JoinHandle<Result<T, StoreError>>>,
+) -> Result<T, StoreError> {
+    match task.as_mut() {
+        Some(task) => task
+            .await
+            .unwrap_or_else(|err| Err(StoreError::Unavailable(format!("outbox task: {err}")))),
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `at` (never called without one).
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
 }
 
 /// A uniform number in `[0, 1)` for the backoff's jitter.

@@ -269,6 +269,20 @@ impl Db {
         sql_only!(self, db => db.settle_outbox(message, sent_key, settlement).await)
     }
 
+    /// Ends the claims of `outcomes` in one write (one statement on
+    /// PostgreSQL, one transaction on SQLite), each fenced by its own
+    /// lease: for each outcome, in order, whether it was settled (`false`:
+    /// its lease ended and another worker took the message over).
+    pub async fn settle_outbox_batch(
+        &self,
+        outcomes: &[outbox::OutboxOutcome],
+    ) -> Result<Vec<bool>, StoreError> {
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        sql_only!(self, db => db.settle_outbox_batch(outcomes).await)
+    }
+
     /// The outbox's depth, oldest pending age and dead letters.
     pub async fn outbox_stats(&self) -> Result<outbox::OutboxStats, StoreError> {
         sql_only!(self, db => db.outbox_stats().await)

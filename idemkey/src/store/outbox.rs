@@ -122,6 +122,13 @@ pub enum Settlement {
         /// What went wrong last.
         error: String,
     },
+    /// Never sent (its effect's sends were paused after it was claimed):
+    /// the claim is handed back, due again after `after`, and this attempt
+    /// is not counted.
+    Postponed {
+        /// How long to wait.
+        after: Duration,
+    },
 }
 
 impl Settlement {
@@ -130,9 +137,15 @@ impl Settlement {
         match self {
             Self::Delivered { .. } => "delivered",
             Self::Failed { .. } => "failed",
-            Self::Retry { .. } => "pending",
+            Self::Retry { .. } | Self::Postponed { .. } => "pending",
             Self::Dead { .. } => "dead",
         }
+    }
+
+    /// Whether the attempt this claim counted was sent (all but a
+    /// postponed one, whose count is taken back).
+    pub(crate) fn was_sent(&self) -> bool {
+        !matches!(self, Self::Postponed { .. })
     }
 
     /// `(result, last_error, delay ms)` as the settle statements take them.
@@ -142,8 +155,22 @@ impl Settlement {
             Self::Failed { reason } => (Some(reason), None, 0),
             Self::Retry { after, error } => (None, Some(error), crate::store::millis(*after)),
             Self::Dead { error } => (None, Some(error), 0),
+            Self::Postponed { after } => (None, None, crate::store::millis(*after)),
         }
     }
+}
+
+/// One claimed message's outcome, as a worker settles it with others in one
+/// write ([`crate::store::Db::settle_outbox_batch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxOutcome {
+    /// The message, with the lease of its claim.
+    pub message: OutboxMessage,
+    /// The downstream key it was sent with (a postponed one: the key an
+    /// earlier attempt recorded, kept).
+    pub sent_key: Option<String>,
+    /// How its claim ends.
+    pub settlement: Settlement,
 }
 
 /// The outbox at a glance, at the store's clock.

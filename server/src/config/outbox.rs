@@ -15,7 +15,7 @@ use crate::db::Db;
 use crate::outbox::{CHARGE, charge_delivery};
 use crate::payments::client::{ProviderClient, redacted_url};
 use idemkey::duration::parse_duration;
-use idemkey::outbox::{OutboxMetrics, Worker, WorkerSettings};
+use idemkey::outbox::{OutboxMetrics, Rate, Worker, WorkerSettings};
 
 /// Where charges go and how the outbox is delivered. Its `Debug` shows the
 /// provider URL without credentials and never the token.
@@ -40,9 +40,24 @@ pub struct OutboxArgs {
     /// messages are taken over after it (at the database's clock).
     #[arg(long, env = "IDEMKEY_OUTBOX_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub outbox_lease: Duration,
-    /// Messages a worker claims and delivers at once.
+    /// Messages a worker claims at once, and outcomes it settles at once.
     #[arg(long, env = "IDEMKEY_OUTBOX_BATCH", default_value_t = 16)]
     pub outbox_batch: u32,
+    /// Deliveries a worker keeps in flight at most; it claims more as soon
+    /// as half of them have finished, so one slow call holds only itself.
+    #[arg(long, env = "IDEMKEY_OUTBOX_CONCURRENCY", default_value_t = 32)]
+    pub outbox_concurrency: u32,
+    /// Sends of one effect per second, per process: EFFECT=N (N a second, N
+    /// at once) or EFFECT=N/BURST, e.g. charge=200/50 (repeat the flag, or
+    /// comma-separate them). The provider's own Retry-After pauses an
+    /// effect's sends whatever this says.
+    #[arg(
+        long = "outbox-rate-limit",
+        env = "IDEMKEY_OUTBOX_RATE_LIMITS",
+        value_delimiter = ',',
+        value_parser = parse_rate_limit
+    )]
+    pub outbox_rate_limits: Vec<(String, Rate)>,
     /// Deliveries of one message before it is dead-lettered.
     #[arg(long, env = "IDEMKEY_OUTBOX_MAX_ATTEMPTS", default_value_t = 10)]
     pub outbox_max_attempts: u32,
@@ -72,6 +87,8 @@ impl std::fmt::Debug for OutboxArgs {
             .field("payments_timeout", &self.payments_timeout)
             .field("outbox_lease", &self.outbox_lease)
             .field("outbox_batch", &self.outbox_batch)
+            .field("outbox_concurrency", &self.outbox_concurrency)
+            .field("outbox_rate_limits", &self.outbox_rate_limits)
             .field("outbox_max_attempts", &self.outbox_max_attempts)
             .field("outbox_retry_base", &self.outbox_retry_base)
             .field("outbox_retry_cap", &self.outbox_retry_cap)
@@ -86,6 +103,7 @@ impl OutboxArgs {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         WorkerSettings {
             batch: self.outbox_batch.max(1),
+            concurrency: self.outbox_concurrency.max(1),
             lease: self.outbox_lease,
             idle_poll: self.outbox_poll,
             retry: RetryPolicy {
@@ -143,11 +161,15 @@ impl OutboxArgs {
         )
         .map_err(|e| format!("purchases: {e}"))?;
         // The purchases' steps run beside the charges, woken by `wake`.
-        let worker = purchases.attach(
+        let mut worker = purchases.attach(
             Worker::new(db.store(), self.settings())
                 .handle(CHARGE, charge_delivery(client))
                 .with_metrics(Arc::clone(metrics)),
         );
+        // One limit for this process's workers: they share the bucket.
+        for (effect, rate) in &self.outbox_rate_limits {
+            worker = worker.rate_limit(effect, *rate);
+        }
         info!(workers = self.outbox_workers, provider = %shown, "outbox delivery started");
         Ok((0..self.outbox_workers)
             .map(|_| {
@@ -158,6 +180,18 @@ impl OutboxArgs {
             })
             .collect())
     }
+}
+
+/// `EFFECT=N` or `EFFECT=N/BURST` of `--outbox-rate-limit`.
+fn parse_rate_limit(text: &str) -> Result<(String, Rate), String> {
+    let (effect, rate) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not EFFECT=N or EFFECT=N/BURST"))?;
+    let effect = effect.trim();
+    if effect.is_empty() {
+        return Err(format!("{text:?} names no effect"));
+    }
+    Ok((effect.to_owned(), rate.parse()?))
 }
 
 /// Flags of `worker`: deliver the outbox without serving HTTP.

@@ -389,6 +389,12 @@ impl ProviderClient {
             .connect_timeout(timeout)
             // A redirect would turn the POST into another request.
             .redirect(reqwest::redirect::Policy::none())
+            // One client per process, shared by its workers and steps: its
+            // connections are kept alive and reused (a worker's concurrent
+            // calls each take one from the pool), and a request goes out
+            // without waiting for Nagle.
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
             .build()
             .map_err(|e| ClientError::Http(e.without_url().to_string()))?;
         Ok(Self {

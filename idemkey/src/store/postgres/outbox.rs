@@ -1,16 +1,21 @@
 //! The outbox's statements on PostgreSQL: enqueue in a caller's
-//! transaction, claim with `FOR UPDATE SKIP LOCKED` under a lease, settle
-//! under that lease, and the operator's figures and listings.
+//! transaction, claim with `FOR UPDATE SKIP LOCKED` under a lease, settle a
+//! batch of claims in one statement (each under its own lease), and the
+//! operator's figures and listings.
 
+use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
 use super::db::PgDb;
 use super::error::db_error;
 use crate::idempotency::RecordKey;
-use crate::store::outbox::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
+use crate::store::outbox::{
+    OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
+};
 use crate::store::{StoreError, from_system_time, millis};
 
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
@@ -70,9 +75,14 @@ impl PgDb {
         let client = self.client().await?;
         let lease = Uuid::new_v4();
         let rows = client
-            .query(
-                &*self.tables().render_static(CLAIM),
-                &[&i64::from(limit), &millis(lease_for), &lease, &effects],
+            .query_typed(
+                &self.tables().render_static(CLAIM),
+                &[
+                    (&i64::from(limit), Type::INT8),
+                    (&millis(lease_for), Type::INT8),
+                    (&lease, Type::UUID),
+                    (&effects, Type::TEXT_ARRAY),
+                ],
             )
             .await
             .map_err(db_error)?;
@@ -87,25 +97,76 @@ impl PgDb {
         sent_key: Option<&str>,
         settlement: &Settlement,
     ) -> Result<bool, StoreError> {
+        let one = OutboxOutcome {
+            message: message.clone(),
+            sent_key: sent_key.map(str::to_owned),
+            settlement: settlement.clone(),
+        };
+        Ok(self.settle_outbox_batch(&[one]).await? == [true])
+    }
+
+    /// One statement for the whole batch: its columns as arrays, with their
+    /// types (one round trip, no prepare, also behind a transaction pooler).
+    pub(crate) async fn settle_outbox_batch(
+        &self,
+        outcomes: &[OutboxOutcome],
+    ) -> Result<Vec<bool>, StoreError> {
+        let n = outcomes.len();
+        let (mut ids, mut leases, mut statuses) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut results, mut errors, mut delays) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut keys, mut scopes, mut sent) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for outcome in outcomes {
+            let (result, error, delay) = outcome.settlement.columns();
+            ids.push(outcome.message.id);
+            leases.push(outcome.message.lease);
+            statuses.push(outcome.settlement.status());
+            results.push(result);
+            errors.push(error);
+            delays.push(delay);
+            keys.push(outcome.sent_key.as_deref());
+            scopes.push(outcome.message.scope.as_str());
+            sent.push(outcome.settlement.was_sent());
+        }
         let client = self.client().await?;
-        let (result, error, delay) = settlement.columns();
-        let n = client
-            .execute(
-                &*self.tables().render_static(SETTLE),
+        let rows = client
+            .query_typed(
+                &self.tables().render_static(SETTLE),
                 &[
-                    &message.id,
-                    &message.lease,
-                    &settlement.status(),
-                    &result,
-                    &error,
-                    &delay,
-                    &sent_key,
-                    &message.scope,
+                    (&ids, Type::INT8_ARRAY),
+                    (&leases, Type::UUID_ARRAY),
+                    (&statuses, Type::TEXT_ARRAY),
+                    (&results, Type::TEXT_ARRAY),
+                    (&errors, Type::TEXT_ARRAY),
+                    (&delays, Type::INT8_ARRAY),
+                    (&keys, Type::TEXT_ARRAY),
+                    (&scopes, Type::TEXT_ARRAY),
+                    (&sent, Type::BOOL_ARRAY),
                 ],
             )
             .await
             .map_err(db_error)?;
-        Ok(n == 1)
+        let mut settled = HashSet::with_capacity(rows.len());
+        for row in &rows {
+            let scope: &str = row.try_get(0).map_err(db_error)?;
+            let id: i64 = row.try_get(1).map_err(db_error)?;
+            settled.insert((scope, id));
+        }
+        Ok(outcomes
+            .iter()
+            .map(|o| settled.contains(&(o.message.scope.as_str(), o.message.id)))
+            .collect())
     }
 
     pub(crate) async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {

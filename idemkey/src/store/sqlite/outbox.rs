@@ -1,6 +1,7 @@
-//! The outbox's statements on SQLite: claim under a lease, settle under
-//! that lease, and the operator's figures and listings. (Enqueueing runs in
-//! the caller's transaction: [`super::orders::enqueue`].)
+//! The outbox's statements on SQLite: claim under a lease, settle a batch
+//! of claims in one transaction (each under its own lease), and the
+//! operator's figures and listings. (Enqueueing runs in the caller's
+//! transaction: [`super::orders::enqueue`].)
 
 use std::time::Duration;
 
@@ -10,7 +11,9 @@ use uuid::Uuid;
 use super::connection::{immediate, sqlite_error};
 use super::db::SqliteDb;
 use crate::idempotency::RecordKey;
-use crate::store::outbox::{OutboxEntry, OutboxMessage, OutboxStats, Requeued, Settlement};
+use crate::store::outbox::{
+    OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
+};
 use crate::store::{StoreError, millis};
 use idemkey_core::UnixMillis;
 
@@ -98,18 +101,50 @@ impl SqliteDb {
         sent_key: Option<&str>,
         settlement: &Settlement,
     ) -> Result<bool, StoreError> {
-        let (id, lease, status) = (message.id, message.lease.to_string(), settlement.status());
-        let (result, error, delay) = settlement.columns();
-        let (result, error) = (result.map(str::to_owned), error.map(str::to_owned));
-        let sent_key = sent_key.map(str::to_owned);
+        let one = OutboxOutcome {
+            message: message.clone(),
+            sent_key: sent_key.map(str::to_owned),
+            settlement: settlement.clone(),
+        };
+        Ok(self.settle_outbox_batch(&[one]).await? == [true])
+    }
+
+    /// The batch in one transaction: one commit (and sync) for all of
+    /// them, each statement fenced by its own lease.
+    pub(crate) async fn settle_outbox_batch(
+        &self,
+        outcomes: &[OutboxOutcome],
+    ) -> Result<Vec<bool>, StoreError> {
+        let outcomes = outcomes.to_vec();
         let tables = self.tables.clone();
         self.with_conn(move |conn| {
-            conn.prepare_cached(&tables.render_static(SETTLE))
-                .and_then(|mut stmt| {
-                    stmt.execute(params![id, lease, status, result, error, delay, sent_key])
-                })
-                .map(|n| n == 1)
-                .map_err(sqlite_error)
+            let tx = immediate(conn)?;
+            let settled = {
+                let mut stmt = tx
+                    .prepare_cached(&tables.render_static(SETTLE))
+                    .map_err(sqlite_error)?;
+                outcomes
+                    .iter()
+                    .map(|outcome| {
+                        let (message, settlement) = (&outcome.message, &outcome.settlement);
+                        let (result, error, delay) = settlement.columns();
+                        stmt.execute(params![
+                            message.id,
+                            message.lease.to_string(),
+                            settlement.status(),
+                            result,
+                            error,
+                            delay,
+                            outcome.sent_key,
+                            i64::from(!settlement.was_sent()),
+                        ])
+                        .map(|n| n == 1)
+                        .map_err(sqlite_error)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            };
+            tx.commit().map_err(sqlite_error)?;
+            Ok(settled)
         })
         .await
     }

@@ -1,14 +1,16 @@
 -- Claims up to $1 due messages of the effects $4 for $2 ms: pending, due,
 -- and not held by a live lease (a crashed worker's lease ends at the
 -- store's clock, and another worker takes its messages over). SKIP LOCKED:
--- two workers never wait for each other, nor claim the same message.
+-- two workers never wait for each other, nor claim the same message. The
+-- join names the whole key (scope, id): one primary-key probe per message
+-- claimed, never a scan of the table and its delivered history.
 -- $1 how many, $2 lease ms, $3 lease, $4 effects.
 UPDATE outbox m
 SET lease = $3::uuid,
     lease_until = statement_timestamp() + $2::int8 * interval '1 millisecond',
     attempts = m.attempts + 1
 FROM (
-    SELECT id FROM outbox
+    SELECT scope, id FROM outbox
     WHERE status = 'pending' AND available_at <= statement_timestamp()
       AND (lease_until IS NULL OR lease_until <= statement_timestamp())
       AND effect = ANY ($4::text[])
@@ -16,6 +18,6 @@ FROM (
     LIMIT $1::int8
     FOR UPDATE SKIP LOCKED
 ) due
-WHERE m.id = due.id
+WHERE m.scope = due.scope AND m.id = due.id
 RETURNING m.id, m.scope, m.operation, m.key, m.effect, m.resource_id, m.payload, m.attempts,
           m.downstream_key
