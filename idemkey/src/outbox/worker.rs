@@ -293,7 +293,7 @@ impl Worker {
             let free = concurrency.saturating_sub(in_flight.len());
             let quiet = quiet_until.is_some_and(|t| t > Instant::now());
             if !stopping && claiming.is_none() && !quiet && free >= claim_at {
-                quiet_until = None;
+                quiet_until.take();
                 let asked = u32::try_from(free).unwrap_or(u32::MAX).min(batch);
                 let worker = self.clone();
                 claiming = Some(tokio::spawn(async move { worker.claim(asked).await }));
@@ -304,7 +304,7 @@ impl Worker {
                 && (ready.len() >= batch as usize || in_flight.is_empty() || due)
             {
                 let outcomes = std::mem::take(&mut ready);
-                settle_by = None;
+                settle_by.take();
                 let worker = self.clone();
                 settling = Some(tokio::spawn(async move {
                     let settled = worker.settle(&outcomes).await;
