@@ -43,7 +43,6 @@
 //! listed in `--decline-amount` are declined with 402. `--fault-seed` makes
 //! the sequence of drawn faults reproducible.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,6 +64,7 @@ mod calls;
 mod charges;
 mod confirmations;
 pub mod faults;
+mod gates;
 mod http;
 mod memory;
 pub mod problems;
@@ -78,6 +78,7 @@ pub use faults::LoseNext;
 
 use auth::{Caller, authenticate};
 use faults::{Faults, inject};
+use gates::Gates;
 use http::{Provider, query_member, unknown_member};
 use idemkey::duration::parse_duration;
 use idemkey::layer::IdempotencyLayer;
@@ -171,23 +172,34 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The gates `args` ask for, with the fault draws from `seed`.
+fn gates(args: &ProviderArgs, seed: u64) -> Gates {
+    Gates {
+        scopes: Arc::new(args.tokens.iter().map(|t| scope_of(t.expose())).collect()),
+        faults: Arc::new(Faults::new(
+            args.fail_rate,
+            args.lose_rate,
+            Duration::from_millis(args.latency_ms),
+            seed,
+        )),
+        declined: Arc::new(args.decline_amounts.iter().copied().collect()),
+    }
+}
+
 /// The provider's router over `db`, with its settings (and faults drawn
 /// from `seed`), and its one-shot switch that loses the next successful
 /// effect's response (also armed by `POST /faults/lose-next`): for the demo,
 /// which embeds the provider or drives it over HTTP.
 pub fn router(db: Db, args: &ProviderArgs, seed: u64) -> (Router, LoseNext) {
+    let Gates {
+        scopes,
+        faults,
+        declined,
+    } = gates(args, seed);
     let provider = Provider {
         db: db.clone(),
-        declined: Arc::new(args.decline_amounts.iter().copied().collect()),
+        declined,
     };
-    let scopes: Arc<HashSet<String>> =
-        Arc::new(args.tokens.iter().map(|t| scope_of(t.expose())).collect());
-    let faults = Arc::new(Faults::new(
-        args.fail_rate,
-        args.lose_rate,
-        Duration::from_millis(args.latency_ms),
-        seed,
-    ));
     // One layer per effect, each with its own operation: a key names one
     // effect, as it names one row of that effect's table. Each trims the
     // whole records table with the same retention once its effect is used,
@@ -282,7 +294,7 @@ pub async fn run(args: ProviderArgs) -> Result<(), String> {
         );
         return serve(
             listener,
-            memory::router(&args, seed),
+            memory::router(gates(&args, seed)),
             shutdown_signal(),
             Duration::from_secs(5),
         )

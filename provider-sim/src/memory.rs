@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -26,10 +25,10 @@ use idemkey_core::{Problem, REPLAYED_HEADER, UnixMillis};
 use parking_lot::Mutex;
 use tower_http::set_header::SetResponseHeaderLayer;
 
-use crate::ProviderArgs;
-use crate::auth::{Caller, authenticate, scope_of};
+use crate::auth::{Caller, authenticate};
 use crate::charges::{ChargeBody, read_request};
-use crate::faults::{Faults, inject};
+use crate::faults::inject;
+use crate::gates::Gates;
 use crate::http::{created, json, request_key};
 use crate::store::{Charge, Endpoint};
 
@@ -48,17 +47,14 @@ struct Sink {
 }
 
 /// The sink's router, with the simulator's authentication and faults.
-pub(crate) fn router(args: &ProviderArgs, seed: u64) -> Router {
-    let scopes: Arc<HashSet<String>> =
-        Arc::new(args.tokens.iter().map(|t| scope_of(t.expose())).collect());
-    let faults = Arc::new(Faults::new(
-        args.fail_rate,
-        args.lose_rate,
-        Duration::from_millis(args.latency_ms),
-        seed,
-    ));
+pub(crate) fn router(gates: Gates) -> Router {
+    let Gates {
+        scopes,
+        faults,
+        declined,
+    } = gates;
     let sink = Sink {
-        declined: Arc::new(args.decline_amounts.iter().copied().collect()),
+        declined,
         ..Sink::default()
     };
     Router::new()
@@ -144,18 +140,21 @@ fn now() -> UnixMillis {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::scope_of;
+    use crate::faults::Faults;
     use axum::body::Body;
     use axum::http::Request;
+    use std::time::Duration;
     use tower::ServiceExt as _;
 
-    fn args() -> ProviderArgs {
-        use clap::Parser as _;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: ProviderArgs,
+    /// The gates `--memory --token s3cret` builds: one caller, no faults,
+    /// 402 cents declined.
+    fn gates() -> Gates {
+        Gates {
+            scopes: Arc::new(HashSet::from([scope_of("s3cret")])),
+            faults: Arc::new(Faults::new(0.0, 0.0, Duration::ZERO, 1)),
+            declined: Arc::new(HashSet::from([402])),
         }
-        Cli::parse_from(["provider", "--memory", "--token", "s3cret"]).args
     }
 
     async fn call(app: &Router, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
@@ -187,7 +186,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_makes_one_charge_that_a_lookup_finds() {
-        let app = router(&args(), 1);
+        let app = router(gates());
         assert_eq!(call(&app, lookup("k1")).await.0, StatusCode::NOT_FOUND);
         let (status, headers, first) = call(&app, charge("k1", 5980)).await;
         assert_eq!(status, StatusCode::CREATED);
