@@ -293,7 +293,11 @@ fn snapshot(env: &Env, with_last_use: bool) -> Vec<(&'static str, String)> {
     } else {
         "SELECT token_hash, id, account_id, created_at, revoked_at FROM api_tokens ORDER BY id"
     };
-    let orders = format!("SELECT * FROM orders WHERE id IN ('{ORDER_1}', '{ORDER_2}') ORDER BY id");
+    // Every column the old version had (orders/3 adds `charge_message`).
+    let orders = format!(
+        "SELECT id, account_id, sku, quantity, created_at, amount_cents, currency, reference \
+         FROM orders WHERE id IN ('{ORDER_1}', '{ORDER_2}') ORDER BY id"
+    );
     let records = format!(
         "SELECT * FROM idempotency_records WHERE key IN ('{KEY_1}', '{KEY_2}') ORDER BY key"
     );
@@ -324,7 +328,13 @@ fn snapshot(env: &Env, with_last_use: bool) -> Vec<(&'static str, String)> {
 }
 
 /// Versions made after the shared list: applied on opening, never adopted.
-const AFTER_THE_SHARED_LIST: &[&str] = &["orders/2", "provider-sim/3", "steps/1"];
+const AFTER_THE_SHARED_LIST: &[&str] = &[
+    "orders/2",
+    "orders/3",
+    "outbox/2",
+    "provider-sim/3",
+    "steps/1",
+];
 
 /// `component/version` of every bookkeeping row, each adopted (but those
 /// [`AFTER_THE_SHARED_LIST`], each applied).
@@ -399,9 +409,29 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
     );
     assert_eq!(
         bookkeeping(&env),
-        ["orders/1", "orders/2", "outbox/1", "records/1", "steps/1"]
+        [
+            "orders/1",
+            "orders/2",
+            "orders/3",
+            "outbox/1",
+            "outbox/2",
+            "records/1",
+            "steps/1"
+        ]
     );
     assert_eq!(snapshot(&env, true), before);
+    // The first order keeps its charge's id; the second had no charge.
+    assert_eq!(
+        env.sql(&format!(
+            "SELECT o.id, o.charge_message, m.id FROM orders o \
+             LEFT JOIN outbox m ON m.key = '{KEY_1}' AND m.resource_id = CAST(o.id AS text) \
+             ORDER BY o.id"
+        )),
+        format!(
+            "{ORDER_1}|{id}|{id}\n{ORDER_2}||",
+            id = env.sql(&format!("SELECT id FROM outbox WHERE key = '{KEY_1}'"))
+        )
+    );
 
     let sim = idemkey_provider_sim::store::Db::open(&env.url)
         .await
@@ -415,7 +445,9 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
         [
             "orders/1",
             "orders/2",
+            "orders/3",
             "outbox/1",
+            "outbox/2",
             "provider-sim/1",
             "provider-sim/2",
             "provider-sim/3",
@@ -443,7 +475,7 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
         .await
         .expect("opens again");
     assert!(db.pending_migrations().await.expect("pending").is_empty());
-    assert_eq!(env.count("idemkey_migrations"), 8);
+    assert_eq!(env.count("idemkey_migrations"), 10);
     assert_eq!(snapshot(&env, true), before);
 
     // The order route replays what that version stored, with its token.

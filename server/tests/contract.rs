@@ -331,6 +331,15 @@ async fn reexecute_policy_runs_the_request_anew_after_the_window(backend: Backen
     assert_eq!(second.header("idempotent-replayed"), None);
     assert_ne!(first.json()["id"], second.json()["id"]);
     assert_eq!(env.counts(), (2, 1));
+    // Each order keeps its own charge's id.
+    assert_eq!(
+        env.sql(
+            "SELECT count(*) FROM orders o JOIN outbox m \
+             ON m.id = o.charge_message AND m.resource_id = CAST(o.id AS text) \
+             AND m.effect = 'charge'"
+        ),
+        "2"
+    );
     let replay = server.post_order(&token, &key, BODY).await;
     assert_eq!((replay.status, replay.body), (201, second.body));
     server

@@ -1,12 +1,15 @@
 //! A database written by an earlier version (schema 2: order records keyed
 //! by account, lease-mode records in their own table) is migrated to one
 //! records table with nothing lost: both kinds of record still replay, and
-//! its API tokens (which had no id before schema 4) keep working.
+//! its API tokens (which had no id before schema 4) keep working. Orders
+//! made before they kept their charge's id get it, and show their payment.
 
+use idemkey::store::migrations::Migration;
 use idemkey_core::{IdempotencyKey, KeyProfile, OperationId, Stored};
 use idemkey_server::db::{Db, PgSettings};
 use idemkey_server::idempotency::{RecordKey, Records as _, Scope};
 
+#[macro_use]
 mod common;
 use common::{Backend, Env};
 
@@ -197,3 +200,132 @@ async fn a_migration_waits_past_the_request_lock_timeout() {
     assert!(ok, "migrate failed while waiting for the lock: {err}");
     assert_ne!(env.sql("SELECT count(*) FROM idemkey_migrations"), "0");
 }
+
+/// The migrations of the version before orders kept their charge's id
+/// (records/1, outbox/1 with its index on resource_id, steps/1, orders/1
+/// and orders/2), as that version applied them.
+fn before_the_charge_message(backend: Backend) -> Vec<Migration> {
+    macro_rules! sql {
+        ($root:literal, $dir:literal, $file:literal) => {
+            include_str!(concat!($root, $dir, "/migrations/", $file))
+        };
+    }
+    macro_rules! files {
+        ($dir:literal) => {
+            [
+                sql!("../../idemkey/src/store/", $dir, "records_0001.sql"),
+                sql!("../../idemkey/src/store/", $dir, "outbox_0001.sql"),
+                sql!("../../idemkey/src/store/", $dir, "steps_0001.sql"),
+                sql!("../src/db/", $dir, "orders_0001.sql"),
+                sql!("../src/db/", $dir, "orders_0002.sql"),
+            ]
+        };
+    }
+    let files = match backend {
+        Backend::Postgres => files!("postgres"),
+        Backend::Sqlite => files!("sqlite"),
+    };
+    [
+        ("records", 1),
+        ("outbox", 1),
+        ("steps", 1),
+        ("orders", 1),
+        ("orders", 2),
+    ]
+    .into_iter()
+    .zip(files)
+    .map(|((component, version), sql)| Migration {
+        component,
+        version,
+        name: component,
+        sql,
+        adopt: None,
+    })
+    .collect()
+}
+
+/// A database of the version before orders kept their charge's id, with
+/// an order, another message about it and then its charge, opens with the
+/// order pointing at its charge (not at the other message), and the order
+/// still shows its payment.
+async fn an_order_gets_its_charges_id(backend: Backend) {
+    const ORDER: &str = "5e2a7b1c-3d4f-4a6b-8c9d-0e1f2a3b4c5d";
+    const TOKEN_ID: &str = "a0b1c2d3-e4f5-4a6b-9c8d-7e6f5a4b3c2d";
+    let env = Env::new(backend);
+    let old = idemkey::Db::connect(&env.url, &PgSettings::default())
+        .await
+        .expect("connect");
+    old.migrate_with(&before_the_charge_message(backend))
+        .await
+        .expect("the previous schema");
+    drop(old);
+    let hash: String = idemkey_server::auth::hash_token(OLD_TOKEN)
+        .0
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let (now, token) = match backend {
+        Backend::Postgres => ("statement_timestamp()", format!("'\\x{hash}'::bytea")),
+        Backend::Sqlite => ("unixepoch() * 1000", format!("X'{hash}'")),
+    };
+    let message = |effect: &str| {
+        format!(
+            "INSERT INTO outbox (scope, operation, key, effect, resource_id, payload, available_at, \
+                                 created_at)
+                 VALUES ('{ACCOUNT}', 'POST /orders:v1', 'order-key', '{effect}', '{ORDER}', '{{}}', \
+                         {now}, {now});"
+        )
+    };
+    let rows = format!(
+        "INSERT INTO accounts (id, name) VALUES ('{ACCOUNT}', 'old');
+         INSERT INTO api_tokens (token_hash, id, account_id) VALUES ({token}, '{TOKEN_ID}', '{ACCOUNT}');
+         INSERT INTO orders (id, account_id, sku, quantity, created_at, amount_cents, currency)
+             VALUES ('{ORDER}', '{ACCOUNT}', 'LIBRO-TS', 2, {now}, 5980, 'EUR');
+         {mail}
+         {charge}
+         UPDATE outbox SET status = 'delivered', result = 'ch_1', attempts = 1,
+             settled_at = {now} WHERE effect = 'charge';",
+        mail = message("mail"),
+        charge = message("charge"),
+    );
+    match backend {
+        Backend::Postgres => {
+            env.sql(&rows);
+        }
+        Backend::Sqlite => rusqlite::Connection::open(&env.db)
+            .and_then(|conn| conn.execute_batch(&rows))
+            .expect("the rows"),
+    }
+    let charge = env.sql("SELECT id FROM outbox WHERE effect = 'charge'");
+
+    let db = Db::open(&env.url, &PgSettings::default())
+        .await
+        .expect("migrate");
+    assert!(db.pending_migrations().await.expect("read").is_empty());
+    drop(db);
+    assert_eq!(env.sql("SELECT charge_message FROM orders"), charge);
+    // The outbox lost its index on resource_id for one on flow steps.
+    let indexes = match backend {
+        Backend::Postgres => {
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'outbox' ORDER BY indexname"
+        }
+        Backend::Sqlite => {
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox' \
+             AND sql IS NOT NULL ORDER BY name"
+        }
+    };
+    let indexes = env.sql(indexes);
+    assert!(!indexes.contains("outbox_resource"), "{indexes}");
+    assert!(indexes.contains("outbox_flow_step"), "{indexes}");
+
+    let server = env.serve(&[]);
+    let shown = server.get(OLD_TOKEN, &format!("/orders/{ORDER}")).await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    let shown = shown.json();
+    assert_eq!(shown["payment"]["status"], "charged", "{shown}");
+    assert_eq!(shown["payment"]["charge_id"], "ch_1", "{shown}");
+    let listed = server.get(OLD_TOKEN, "/orders").await.json();
+    assert_eq!(listed["orders"][0]["payment"], shown["payment"], "{listed}");
+}
+
+on_each_backend!(an_order_gets_its_charges_id);

@@ -69,6 +69,11 @@ async fn a_new_order_has_its_amount_and_a_pending_payment_and_one_outbox_message
             env.sql("SELECT effect || ' ' || resource_id || ' ' || status FROM outbox"),
             format!("charge {id} pending")
         );
+        // The order keeps its charge's id.
+        assert_eq!(
+            env.sql("SELECT charge_message FROM orders"),
+            env.sql("SELECT id FROM outbox")
+        );
         let payload: serde_json::Value =
             serde_json::from_str(&env.sql("SELECT payload FROM outbox")).unwrap();
         assert_eq!(payload["order_id"], id);

@@ -78,10 +78,10 @@ impl Known {
 }
 
 /// The library's own migrations, given a backend's statements for each
-/// (the outbox's only with the `outbox` feature).
+/// (the outbox's, in order, only with the `outbox` feature).
 pub(crate) fn library(
     records: &'static str,
-    outbox: &'static str,
+    outbox: [&'static str; 2],
     steps: &'static str,
 ) -> Vec<Migration> {
     let mut list = vec![Migration {
@@ -99,11 +99,18 @@ pub(crate) fn library(
             component: "outbox",
             version: 1,
             name: "outbox",
-            sql: outbox,
+            sql: outbox[0],
             adopt: Some(Adopt {
                 table: "outbox",
                 column: "downstream_key",
             }),
+        });
+        list.push(Migration {
+            component: "outbox",
+            version: 2,
+            name: "flow-step index",
+            sql: outbox[1],
+            adopt: None,
         });
     }
     if cfg!(feature = "flow") {

@@ -97,7 +97,10 @@ impl PgDb {
     pub fn library_migrations() -> Vec<Migration> {
         migrations::library(
             include_str!("migrations/records_0001.sql"),
-            include_str!("migrations/outbox_0001.sql"),
+            [
+                include_str!("migrations/outbox_0001.sql"),
+                include_str!("migrations/outbox_0002.sql"),
+            ],
             include_str!("migrations/steps_0001.sql"),
         )
     }

@@ -25,28 +25,33 @@ const STATS: &str = include_str!("sql/outbox_stats.sql");
 const LIST: &str = include_str!("sql/outbox_list.sql");
 const RETRY: &str = include_str!("sql/outbox_retry.sql");
 
-/// Puts an effect in the outbox, in the caller's open transaction `tx`.
+/// Puts an effect in the outbox, in the caller's open transaction `tx`;
+/// returns the message's id. The outbox has no index on `resource_id`
+/// (an index entry every enqueue would pay for): to find the message again,
+/// keep its id on your own row; with the key's scope it is the outbox's
+/// primary key.
 pub async fn enqueue(
     tx: &impl GenericClient,
     key: &RecordKey,
     effect: &str,
     resource: Option<&str>,
     payload: &str,
-) -> Result<(), StoreError> {
-    tx.execute(
-        ENQUEUE,
-        &[
-            &key.scope.as_str(),
-            &key.operation.as_str(),
-            &key.key.as_str(),
-            &effect,
-            &resource,
-            &payload,
-        ],
-    )
-    .await
-    .map(drop)
-    .map_err(db_error)
+) -> Result<i64, StoreError> {
+    let row = tx
+        .query_one(
+            ENQUEUE,
+            &[
+                &key.scope.as_str(),
+                &key.operation.as_str(),
+                &key.key.as_str(),
+                &effect,
+                &resource,
+                &payload,
+            ],
+        )
+        .await
+        .map_err(db_error)?;
+    row.try_get("id").map_err(db_error)
 }
 
 fn message_from_row(row: &Row, lease: Uuid) -> Result<OutboxMessage, StoreError> {

@@ -1,7 +1,7 @@
 //! The outbox's statements on SQLite: claim under a lease, settle a batch
 //! of claims in one transaction (each under its own lease), and the
 //! operator's figures and listings. (Enqueueing runs in the caller's
-//! transaction: [`super::orders::enqueue`].)
+//! transaction: [`enqueue`].)
 
 use std::time::Duration;
 
@@ -29,26 +29,31 @@ const RETRY_TOO_OLD: &str = include_str!("sql/outbox_retry_too_old.sql");
 const STATS_WAIT: Duration = Duration::from_millis(200);
 
 /// Puts an effect in the outbox, in the caller's open transaction `conn`:
-/// it is delivered only if that transaction commits.
+/// it is delivered only if that transaction commits. Returns the message's
+/// id: the outbox has no index on `resource_id` (an index entry every
+/// enqueue would pay for), so keep the id on your own row to find the
+/// message again.
 pub fn enqueue(
     conn: &Connection,
     key: &RecordKey,
     effect: &str,
     resource: Option<&str>,
     payload: &str,
-) -> Result<(), StoreError> {
+) -> Result<i64, StoreError> {
     conn.prepare_cached(ENQUEUE)
         .and_then(|mut stmt| {
-            stmt.execute(params![
-                key.scope.as_str(),
-                key.operation.as_str(),
-                key.key.as_str(),
-                effect,
-                resource,
-                payload
-            ])
+            stmt.query_row(
+                params![
+                    key.scope.as_str(),
+                    key.operation.as_str(),
+                    key.key.as_str(),
+                    effect,
+                    resource,
+                    payload
+                ],
+                |row| row.get(0),
+            )
         })
-        .map(drop)
         .map_err(sqlite_error)
 }
 

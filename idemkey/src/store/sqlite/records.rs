@@ -397,7 +397,10 @@ mod tests {
             &crate::store::Tables::default(),
             &crate::store::migrations::library(
                 include_str!("migrations/records_0001.sql"),
-                include_str!("migrations/outbox_0001.sql"),
+                [
+                    include_str!("migrations/outbox_0001.sql"),
+                    include_str!("migrations/outbox_0002.sql"),
+                ],
                 include_str!("migrations/steps_0001.sql"),
             ),
         )

@@ -46,8 +46,9 @@ impl From<rusqlite::Error> for OrderEffectError {
     }
 }
 
-/// The order's effect: the order with its amount, when its price is the
-/// catalogue's and its reference is free, and its charge in the outbox.
+/// The order's effect: its charge in the outbox and the order with its
+/// amount and its charge's id, when its price is the catalogue's and its
+/// reference is free.
 fn insert_order(
     conn: &Connection,
     account: AccountId,
@@ -65,9 +66,14 @@ fn insert_order(
             return Err(OrderEffectError::Refused(Refusal::ReferenceTaken(id)));
         }
     }
+    let id = order.id.to_string();
+    // The charge first: the order keeps its id. A refused order rolls its
+    // savepoint back, the charge with it.
+    let charge =
+        enqueue(conn, key, "charge", Some(&id), &draft.charge).map_err(OrderEffectError::Store)?;
     let amount = order.amount.as_ref().map_or(0, |(cents, _)| *cents);
     let inserted = conn.prepare_cached(INSERT_ORDER)?.execute(params![
-        order.id.to_string(),
+        id,
         account.0.to_string(),
         order.sku,
         i64::from(order.quantity),
@@ -76,18 +82,12 @@ fn insert_order(
         draft.price.currency,
         order.reference,
         amount,
+        charge,
     ])?;
     if inserted == 0 {
         return Err(OrderEffectError::Refused(Refusal::PriceChanged));
     }
-    enqueue(
-        conn,
-        key,
-        "charge",
-        Some(&order.id.to_string()),
-        &draft.charge,
-    )
-    .map_err(OrderEffectError::Store)
+    Ok(())
 }
 
 /// One order in the batch's open transaction `tx`, in its own savepoint.

@@ -1,7 +1,9 @@
 -- The order route's fast path, one round trip per new order and per
--- replay: authenticate, look the key up, claim it, insert the order with
--- its amount, its charge in the outbox, and store its response, in one
--- autocommit statement, at the store's clock.
+-- replay: authenticate, look the key up, claim it, insert its charge in
+-- the outbox and the order with its amount and its charge's id, and store
+-- its response, in one autocommit statement, at the store's clock. Each
+-- insert runs only on a row of the one before it (claim -> charge ->
+-- new_order): nothing is written for a key that was not claimed.
 -- $1 token_hash, $2 operation, $3 key, $4 fingerprint, $5 claim,
 -- $6 response_body, $7 response_headers, $8 replay ms, $9 order id,
 -- $10 sku, $11 quantity, $12 order created_at (shown in the body),
@@ -52,17 +54,18 @@ WITH caller AS (
       AND NOT EXISTS (SELECT 1 FROM taken)
     ON CONFLICT (scope, operation, key) DO NOTHING
     RETURNING scope
-), new_order AS (
-    INSERT INTO orders (id, account_id, sku, quantity, created_at, amount_cents, currency,
-                        reference)
-    SELECT $9::uuid, c.account_id, $10::text, $11::int4, $12::timestamptz, $17::int8,
-           $15::text, $16::text
-    FROM claim, caller c
-    RETURNING id
 ), charge AS (
     INSERT INTO outbox (scope, operation, key, effect, resource_id, payload)
-    SELECT c.scope, $2::text, $3::text, 'charge', $9::uuid::text, $18::text
-    FROM new_order, caller c
+    SELECT claim.scope, $2::text, $3::text, 'charge', $9::uuid::text, $18::text
+    FROM claim
+    RETURNING id
+), new_order AS (
+    INSERT INTO orders (id, account_id, sku, quantity, created_at, amount_cents, currency,
+                        reference, charge_message)
+    SELECT $9::uuid, c.account_id, $10::text, $11::int4, $12::timestamptz, $17::int8,
+           $15::text, $16::text, charge.id
+    FROM charge, caller c
+    RETURNING id
 )
 SELECT 'created'::text AS outcome, NULL::uuid AS account_id,
        statement_timestamp() AS now, NULL::bytea AS fingerprint, NULL::uuid AS claim,

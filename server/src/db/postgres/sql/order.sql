@@ -1,7 +1,9 @@
 -- The caller's order with its payment, or no order row for someone else's;
 -- no row at all for an unknown token. $1 token_hash, $2 order id.
 -- Every index's leading columns come from parameters or a scalar subquery,
--- not from a join column (see create_order.sql).
+-- not from a join column (see create_order.sql). The payment is the
+-- order's charge, found by the outbox's primary key (scope, id); its
+-- resource_id confirms it is this order's.
 WITH caller AS (
     SELECT account_id FROM api_tokens WHERE token_hash = $1::bytea AND revoked_at IS NULL
 )
@@ -11,5 +13,5 @@ SELECT o.id, o.sku, o.quantity, o.reference, o.amount_cents, o.currency, o.creat
 FROM caller c
 LEFT JOIN orders o ON o.account_id = (SELECT account_id FROM caller) AND o.id = $2::uuid
 LEFT JOIN outbox m
-  ON m.scope = (SELECT account_id::text FROM caller) AND m.resource_id = $2::uuid::text
- AND m.effect = 'charge' AND m.resource_id = o.id::text
+  ON m.scope = (SELECT account_id::text FROM caller) AND m.id = o.charge_message
+ AND m.resource_id = $2::uuid::text
