@@ -6,12 +6,15 @@
 //! caller's account as a join column, the planner put the empty table on the
 //! outer side and scanned its primary key without the leading column, for
 //! every order (quadratic in the table's size until autovacuum analyzed it
-//! again).
+//! again). The outbox worker's claim likewise probes the outbox's primary
+//! key once per message claimed, however many messages it holds.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 mod common;
 use common::{Env, Server, eventually, new_key};
+use idemkey_server::db::{Db, PgSettings, TokenHash};
 
 /// Orders that prepare the statements on the emptied, analyzed tables.
 const WARM_UP: usize = 64;
@@ -140,5 +143,74 @@ async fn key_lookups_use_the_whole_key_on_freshly_emptied_and_analyzed_tables() 
     assert_eq!(
         env.count("idempotency_records"),
         (warm + sent) as u64 + FILLER as u64
+    );
+}
+
+/// Messages due: a backlog, as the planner's statistics know it.
+const BACKLOG: usize = 50_000;
+/// Claims measured, of `CLAIM` messages each.
+const CLAIMS: usize = 4;
+const CLAIM: u32 = 16;
+/// Primary-key blocks one claimed message may touch: one descent of the
+/// tree; a walk of the whole key reads about 25 per message here.
+const MAX_BLOCKS_PER_MESSAGE: f64 = 10.0;
+
+#[tokio::test]
+async fn the_outbox_claim_probes_each_message_by_its_key_whatever_the_backlog() {
+    let env = Env::new(common::Backend::Postgres);
+    let db = Db::open(&env.url, &PgSettings::default())
+        .await
+        .expect("open");
+    let account = db
+        .create_account("claims", TokenHash([7; 32]))
+        .await
+        .expect("account");
+    // A backlog the statistics know of: the generic plan of a claim must
+    // still take only the messages it claims, not walk the outbox.
+    env.sql(&format!(
+        "ALTER TABLE outbox SET (autovacuum_enabled = off); \
+         INSERT INTO outbox (scope, operation, key, effect, payload) \
+         SELECT '{scope}', 'POST /signups:v1', 'due-' || g, 'mail', '{{}}' \
+         FROM generate_series(1, {BACKLOG}) g; ANALYZE outbox;",
+        scope = account.0
+    ));
+    let store = db.store();
+    let effects = vec!["mail".to_owned()];
+    // The first claim prepares the statement on the connection.
+    let first = store
+        .claim_outbox(&effects, CLAIM, Duration::from_secs(60))
+        .await
+        .expect("claim");
+    assert_eq!(first.len(), CLAIM as usize);
+    eventually("the first claim's statistics", async || {
+        scans(&env, "outbox").1 >= 2
+    })
+    .await;
+    let (_, idx_before) = scans(&env, "outbox");
+    let blocks_before = blocks(&env, "outbox_pkey");
+    let mut ids = std::collections::HashSet::new();
+    for _ in 0..CLAIMS {
+        let batch = store
+            .claim_outbox(&effects, CLAIM, Duration::from_secs(60))
+            .await
+            .expect("claim");
+        assert_eq!(batch.len(), CLAIM as usize);
+        ids.extend(batch.iter().map(|m| m.id));
+    }
+    assert_eq!(
+        ids.len(),
+        CLAIMS * CLAIM as usize,
+        "each message claimed once"
+    );
+    // Either plan scans the outbox's indexes at least twice per claim.
+    eventually("the claims' statistics", async || {
+        scans(&env, "outbox").1 - idx_before >= 2 * CLAIMS as i64
+    })
+    .await;
+    let per_message = (blocks(&env, "outbox_pkey") - blocks_before) as f64 / ids.len() as f64;
+    eprintln!("outbox_pkey blocks per claimed message: {per_message:.1}");
+    assert!(
+        per_message < MAX_BLOCKS_PER_MESSAGE,
+        "{per_message:.1} blocks of outbox_pkey per claimed message: the claim walks the key"
     );
 }
