@@ -292,6 +292,10 @@ impl Worker {
         loop {
             let free = concurrency.saturating_sub(in_flight.len());
             let quiet = quiet_until.is_some_and(|t| t > Instant::now());
+            // Outcomes not yet settled count against the room: a store that
+            // settles slowly holds claims back rather than letting claimed
+            // messages pile up until their leases end and they are sent again.
+            let free = free.saturating_sub(ready.len());
             if !stopping && claiming.is_none() && !quiet && free >= claim_at {
                 quiet_until.take();
                 let asked = u32::try_from(free).unwrap_or(u32::MAX).min(batch);
