@@ -6,13 +6,15 @@
 #   sim        the provider simulator's own capacity: new charges a second at c16 (charges-new.lua)
 #   worker     messages a second one `worker` process delivers, all of them from pending, to the
 #              memory sink (`provider --memory`: the worker's own cost) and to the simulator
-#   mixed      orders at c16 for MIX_SECONDS with one worker and the simulator running, then the
-#              seconds from the load's stop until nothing is pending (given up after DRAIN_MAX)
+#   mixed      orders at c16 for MIX_SECONDS with one worker delivering to the simulator (or to
+#              the memory sink: MIX_TARGETS), then the seconds from the load's stop until nothing
+#              is pending (given up after DRAIN_MAX)
 # Each worker figure is measured for BEFORE_BIN's worker and BIN's (the memory sink and the
 # simulator are always BIN's: the baseline has no --memory).
 #   bench/outbox-pace.sh [ORDER_SECONDS=8] [MIX_SECONDS=60]
 # Env: BIN (idemkey-server), BEFORE_BIN (the baseline; empty: skip it), PG (idemkey-pg), W (work
 # dir), NICE (e.g. -20: every process at that priority), DRAIN_MAX (s, 120), SKIP_MIX=1,
+# MIX_TARGETS ("sim": the mixed runs' providers, any of "sink sim"),
 # MESSAGES (15000: the worker rounds' messages, topped up from the orders'), AFTER_FLAGS (more
 # flags for BIN's worker, e.g. "--outbox-batch 64 --outbox-concurrency 128").
 # Starts and stops only its own processes, by PID.
@@ -120,14 +122,16 @@ for target in sink sim; do
 done
 
 # -- sustained: orders at c16 with a worker and the simulator, then the drain --------------------
-mixed() { # LABEL BIN
-  local label=$1 bin=$2 wpid stop drained pending
-  psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records CASCADE" >/dev/null
+mixed() { # LABEL BIN TARGET(sink|sim)
+  local label=$1 bin=$2 target=$3 url wpid stop drained pending
+  if [ "$target" = sink ]; then start_sink; url=$SINK
+  else psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records CASCADE" >/dev/null; url=$SIM; fi
   psql_to "$SHOP" "DELETE FROM outbox" >/dev/null
-  "${PRIO[@]}" "$bin" worker --database-url "$SHOP" --payments-url $SIM --payments-token "$SECRET" \
-    >"$W/worker-mixed-$label.log" 2>&1 &
+  local flags=(); [ "$label" = after ] && read -ra flags <<<"${AFTER_FLAGS:-}"
+  "${PRIO[@]}" "$bin" worker --database-url "$SHOP" --payments-url "$url" --payments-token "$SECRET" \
+    "${flags[@]}" >"$W/worker-mixed-$label-$target.log" 2>&1 &
   wpid=$!; pids+=("$wpid")
-  rate=$(orders "$MIX_SECS" "$W/mixed-$label.txt")
+  rate=$(orders "$MIX_SECS" "$W/mixed-$label-$target.txt")
   stop=$(now)
   pending=$(psql_to "$SHOP" "SELECT count(*) FROM outbox WHERE status = 'pending'")
   local made; made=$(psql_to "$SHOP" "SELECT count(*) FROM outbox")
@@ -140,13 +144,15 @@ mixed() { # LABEL BIN
   done
   kill "$wpid"; wait "$wpid" 2>/dev/null || true
   if [ -n "$drained" ]; then
-    echo "RESULT kind=mixed binary=$label seconds=$MIX_SECS orders_per_second=$rate messages=$made pending_at_stop=$pending drain_seconds=$drained"
+    echo "RESULT kind=mixed binary=$label target=$target seconds=$MIX_SECS orders_per_second=$rate messages=$made pending_at_stop=$pending drain_seconds=$drained"
   else
-    echo "RESULT kind=mixed binary=$label seconds=$MIX_SECS orders_per_second=$rate messages=$made pending_at_stop=$pending drain_seconds=>$DRAIN_MAX still_pending=$left"
+    echo "RESULT kind=mixed binary=$label target=$target seconds=$MIX_SECS orders_per_second=$rate messages=$made pending_at_stop=$pending drain_seconds=>$DRAIN_MAX still_pending=$left"
   fi
 }
 if [ "${SKIP_MIX:-0}" != 1 ]; then
-  mixed after "$BIN"
-  [ -n "$BEFORE_BIN" ] && mixed before "$BEFORE_BIN"
+  for target in ${MIX_TARGETS:-sim}; do
+    mixed after "$BIN" "$target"
+    [ -n "$BEFORE_BIN" ] && mixed before "$BEFORE_BIN" "$target"
+  done
 fi
 log "box: $(uptime)"
