@@ -13,7 +13,9 @@
 # Env: CONNS (16), WARM (1 s unmeasured warm-up per run), CELLS (all; a space list of cell names),
 # W (work dir), OUT (where results.txt, probes.txt and summary.md go; default W), PGBIN,
 # QUIET_MAX (30: seconds to wait for a quiet box before each run, else the run is flagged NOISY),
-# PORT_BASE (29600; redis on 29391-29392), NICE (0; -20 runs the servers, stores and wrk at high CPU priority, as bench/run.sh's NICE).
+# PORT_BASE (29600; redis on 29391-29392), NICE (0; -20 runs the servers, stores and wrk at high CPU priority, as bench/run.sh's NICE),
+# BASE_BIN (an earlier build of bench/peer/idemkey: adds the cell layer-postgres-base, that build's
+# Layer on a database of its own, for a before/after ratio in the same rounds).
 # PostgreSQL: one throwaway cluster (idemkey-pg, fsync on). Redis: redis-server without
 # persistence and with appendfsync always. Starts and stops only its own processes, by PID.
 set -euo pipefail
@@ -67,7 +69,7 @@ redis_at 29392 --appendonly yes --appendfsync always
 PG_URL=$(RUN_NICE "$PG" start "$W/pg" --db ours | sed -n 's/^DATABASE_URL=//p')
 PG_MASTER=$(head -1 "$W/pg/data/postmaster.pid" 2>/dev/null || head -1 "$W"/pg/*/postmaster.pid)
 PG_BASE=${PG_URL%/*}
-"$PGBIN/psql" -X -q "$PG_BASE/postgres" -c 'CREATE DATABASE theirs'
+"$PGBIN/psql" -X -q "$PG_BASE/postgres" -c 'CREATE DATABASE theirs' -c 'CREATE DATABASE base'
 
 # name | binary | --mode | --store
 declare -A SPEC=(
@@ -81,6 +83,7 @@ declare -A SPEC=(
   [in-transaction-postgres]="$OURS|in-transaction|$PG_BASE/ours"
   [axum-idempotent-moka]="$THEIRS|peer|moka"
   [axum-idempotent-postgres]="$THEIRS|peer|$PG_BASE/theirs"
+  [layer-postgres-base]="${BASE_BIN:-}|layer|$PG_BASE/base"
 )
 ORDER=(${CELLS:-bare layer-sqlite layer-postgres layer-redis layer-redis-aof-always in-transaction-sqlite
   in-transaction-postgres bare-peer-build axum-idempotent-moka axum-idempotent-postgres})
@@ -197,6 +200,9 @@ for cell, fs in runs.items():
     print(f"| {cell} | {med(fs, 'rps'):,.0f} | {ratio(cell, bare_of(cell))} | {med(fs, 'p50_ms'):.2f} | "
           f"{med(fs, 'p99_ms'):.2f} | {cpu:.3f} | {pgcpu} | {commits} | {bad} | "
           f"{ran / s201 if s201 else float('nan'):.2f} | {noisy}/{len(fs)} |")
+if "layer-postgres-base" in runs and "layer-postgres" in runs:
+    print()
+    print(f"layer-postgres over layer-postgres-base (BASE_BIN), req/s: {ratio('layer-postgres', 'layer-postgres-base')}")
 pairs = [(a, b) for a in runs for b in ("axum-idempotent-postgres", "axum-idempotent-moka")
          if b in runs and not a.startswith(("axum", "bare"))]
 if pairs:

@@ -15,7 +15,7 @@ use crate::idempotency::{Records, TrimReport};
 use crate::store::StoreError;
 
 /// One round: trims and deletes in batches until a batch comes back short
-/// on both counts, so the backlog cannot outgrow the task however fast keys
+/// (fewer rows than the batch on each count and in all), so the backlog cannot outgrow the task however fast keys
 /// arrive; stops early (between batches) when `stop` turns true.
 /// `retention` is how long a key is remembered after its creation (the
 /// order service's `--tombstone-ttl`), and an abandoned claim after its
@@ -31,7 +31,11 @@ pub async fn trim_round<R: Records>(
         let report = db.trim(retention, batch).await?;
         total.trimmed += report.trimmed;
         total.deleted += report.deleted;
-        let full = report.trimmed >= u64::from(batch) || report.deleted >= u64::from(batch);
+        total.rescheduled += report.rescheduled;
+        let batch = u64::from(batch);
+        let full = report.trimmed >= batch
+            || report.deleted >= batch
+            || report.trimmed + report.deleted + report.rescheduled >= batch;
         if !full || stop.is_some_and(|s| *s.borrow()) {
             return Ok(total);
         }
@@ -61,10 +65,11 @@ pub async fn run<R: Records>(
             break;
         }
         match trim_round(&db, retention, batch, Some(&stop)).await {
-            Ok(r) if r.trimmed > 0 || r.deleted > 0 => {
+            Ok(r) if r.trimmed > 0 || r.deleted > 0 || r.rescheduled > 0 => {
                 info!(
                     trimmed = r.trimmed,
                     deleted = r.deleted,
+                    rescheduled = r.rescheduled,
                     "trimmed idempotency records"
                 );
             }

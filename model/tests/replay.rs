@@ -421,6 +421,7 @@ impl Replay<'_> {
             token: ClaimToken::random(),
             fingerprint: fingerprint(payload),
             lease: self.duration(self.bounds.lease, -1),
+            replay_ttl: self.duration(self.bounds.window, -1),
         };
         self.claims.insert(model_token, claim);
         self.tokens.insert(model_token, claim.token);

@@ -1,6 +1,9 @@
 //! The records protocol on every store, driven directly through
 //! [`Records`] and the engine: the compare-and-swaps that guard a record,
 //! and the trim that keeps every key's record small and then forgets it.
+//! On PostgreSQL, also how the records sit in the table: a key's completion
+//! writes no index entry (a HOT update), and maintenance finds rows by when
+//! each is next due, rows that carry no such time included.
 //! Time passes the way the database sees it ([`common::age_records`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +20,7 @@ use idemkey_server::idempotency::{
 use idemkey_server::maintenance::trim_round;
 
 mod common;
-use common::{Backend, Env, RedisStore, age_records};
+use common::{Backend, Env, RedisStore, age_records, eventually};
 
 const OPERATION: OperationId = OperationId::from_static("http:v1");
 
@@ -71,6 +74,7 @@ fn claim(fingerprint: Fingerprint, lease: Duration) -> NewClaim {
         token: ClaimToken::random(),
         fingerprint,
         lease,
+        replay_ttl: Duration::from_secs(3600),
     }
 }
 
@@ -274,4 +278,108 @@ mod sql_trim {
     async fn postgres() {
         trim(Backend::Postgres).await;
     }
+}
+
+/// The retention of the PostgreSQL maintenance tests.
+const PG_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Claims and completes `name` through the pool, as the Layer does (two
+/// autocommit statements).
+async fn claim_and_complete(db: &Db, name: &str, body: &[u8]) {
+    let (k, c) = (key(name), claim(fingerprint("1"), Duration::from_secs(30)));
+    assert_eq!(db.claim(&k, &c).await.expect("claim"), Claimed::Won);
+    let mut response = StoredResponse::new(201, body.to_vec());
+    response.headers = vec![("content-type".into(), "application/json".into())];
+    assert!(
+        db.complete(&k, c.token, &response, Duration::from_secs(3600), Some("r"))
+            .await
+            .expect("complete")
+    );
+}
+
+/// `(n_tup_upd, n_tup_hot_upd)` of the records table, as the sessions
+/// reported them.
+fn updates(env: &Env) -> (u64, u64) {
+    let out = env.sql(
+        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables \
+         WHERE relname = 'idempotency_records'",
+    );
+    let (all, hot) = out.split_once('|').expect("upd|hot");
+    (all.parse().expect("n_tup_upd"), hot.parse().expect("hot"))
+}
+
+/// No index covers a column the completion changes, and the fill factor
+/// leaves room in each page for the row's new version, so completions are
+/// HOT updates: no new primary-key or maintenance-index entry per key.
+/// With the partial indexes on `status` none of them was one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_are_hot_updates() {
+    const KEYS: u64 = 2_000;
+    let env = Env::new(Backend::Postgres);
+    let db = open(&env).await;
+    let body = [b'x'; 200];
+    for i in 0..KEYS {
+        claim_and_complete(&db, &format!("hot-{i}"), &body).await;
+    }
+    // A backend reports its counts when it exits, if not before.
+    db.close();
+    eventually("the sessions report their updates", async || {
+        updates(&env).0 >= KEYS
+    })
+    .await;
+    let (all, hot) = updates(&env);
+    assert_eq!(all, KEYS, "one update per key");
+    assert!(
+        hot * 10 >= all * 9,
+        "{hot} of {all} completions were HOT updates"
+    );
+}
+
+/// A row that carries no `check_at` (written before the column existed, or
+/// by a statement that does not set it) is due from its creation:
+/// maintenance looks at it, reschedules it while its window runs, and trims
+/// it once the window is over, like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_without_a_maintenance_time_are_still_trimmed() {
+    let env = Env::new(Backend::Postgres);
+    let db = open(&env).await;
+    for i in 0..7 {
+        claim_and_complete(&db, &format!("old-{i}"), b"{}").await;
+    }
+    env.sql("UPDATE idempotency_records SET check_at = NULL");
+
+    // Due at once, but inside the window: given a later time, not trimmed.
+    let report = trim_round(&db, PG_RETENTION, 5, None).await.expect("trim");
+    assert_eq!(
+        (report.trimmed, report.deleted, report.rescheduled),
+        (0, 0, 7)
+    );
+    assert_eq!(
+        env.sql(
+            "SELECT count(*) FROM idempotency_records WHERE check_at = replay_until \
+             AND status = 'completed'"
+        ),
+        "7"
+    );
+    let report = trim_round(&db, PG_RETENTION, 5, None).await.expect("trim");
+    assert_eq!(
+        (report.trimmed, report.deleted, report.rescheduled),
+        (0, 0, 0)
+    );
+
+    // Past the window: tombstones, due again at the retention's end.
+    age_records(&env.url, Duration::from_secs(3601)).await;
+    let report = trim_round(&db, PG_RETENTION, 5, None).await.expect("trim");
+    assert_eq!((report.trimmed, report.deleted), (7, 0));
+    assert_eq!(
+        env.sql(
+            "SELECT count(*) FROM idempotency_records WHERE status = 'tombstone' \
+             AND response_body IS NULL AND check_at > now() + interval '29 days'"
+        ),
+        "7"
+    );
+    age_records(&env.url, PG_RETENTION).await;
+    let report = trim_round(&db, PG_RETENTION, 5, None).await.expect("trim");
+    assert_eq!((report.trimmed, report.deleted), (0, 7));
+    assert_eq!(env.sql("SELECT count(*) FROM idempotency_records"), "0");
 }

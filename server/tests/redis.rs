@@ -38,6 +38,7 @@ fn new_claim(lease: Duration) -> NewClaim {
         token: ClaimToken::random(),
         fingerprint: Fingerprint::of_json(&OPERATION, "1").expect("json"),
         lease,
+        replay_ttl: Duration::from_secs(3600),
     }
 }
 

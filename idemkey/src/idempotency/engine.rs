@@ -267,6 +267,7 @@ async fn acquire<R: Records>(
             token: ClaimToken::random(),
             fingerprint,
             lease: policy.lease,
+            replay_ttl: policy.replay_ttl,
         };
         let read = match records.claim(key, &claim).await? {
             Claimed::Won => return Ok(Ok((claim.token, Decision::Execute))),

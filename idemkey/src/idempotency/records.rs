@@ -77,6 +77,9 @@ pub struct NewClaim {
     /// How long, from the store's clock, before another request may take
     /// the claim over.
     pub lease: Duration,
+    /// The replay window the completion will give: when a store's
+    /// maintenance first needs to look at the record.
+    pub replay_ttl: Duration,
 }
 
 /// One record as read back.
@@ -155,6 +158,9 @@ pub struct TrimReport {
     /// Tombstones (and abandoned claims) past their retention, deleted;
     /// with flows, also the executions that ended longer ago than it.
     pub deleted: u64,
+    /// Records looked at too early and given a later time to be looked at
+    /// again (stores that schedule their maintenance, as PostgreSQL's).
+    pub rescheduled: u64,
 }
 
 /// Storage of idempotency records. Implemented by each backend for its

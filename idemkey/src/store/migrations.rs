@@ -78,9 +78,10 @@ impl Known {
 }
 
 /// The library's own migrations, given a backend's statements for each
-/// (the outbox's, in order, only with the `outbox` feature).
+/// (the records' in order, the first one required; the outbox's, in order,
+/// only with the `outbox` feature).
 pub(crate) fn library(
-    records: &'static str,
+    records: &[&'static str],
     outbox: [&'static str; 2],
     steps: &'static str,
 ) -> Vec<Migration> {
@@ -88,12 +89,21 @@ pub(crate) fn library(
         component: "records",
         version: 1,
         name: "records",
-        sql: records,
+        sql: records[0],
         adopt: Some(Adopt {
             table: "idempotency_records",
             column: "claim",
         }),
     }];
+    if let Some(&sql) = records.get(1) {
+        list.push(Migration {
+            component: "records",
+            version: 2,
+            name: "maintenance index a completion leaves alone",
+            sql,
+            adopt: None,
+        });
+    }
     if cfg!(feature = "outbox") {
         list.push(Migration {
             component: "outbox",

@@ -618,7 +618,8 @@ pub async fn age_records(url: &str, by: Duration) {
         .execute(
             "UPDATE idempotency_records SET created_at = created_at - $1::int8 * interval '1 ms', \
              lease_until = lease_until - $1 * interval '1 ms', \
-             replay_until = replay_until - $1 * interval '1 ms'",
+             replay_until = replay_until - $1 * interval '1 ms', \
+             check_at = check_at - $1 * interval '1 ms'",
             &[&ms],
         )
         .await

@@ -96,7 +96,10 @@ impl PgDb {
     /// `migrate_with`, so one transaction applies all or none.
     pub fn library_migrations() -> Vec<Migration> {
         migrations::library(
-            include_str!("migrations/records_0001.sql"),
+            &[
+                include_str!("migrations/records_0001.sql"),
+                include_str!("migrations/records_0002.sql"),
+            ],
             [
                 include_str!("migrations/outbox_0001.sql"),
                 include_str!("migrations/outbox_0002.sql"),

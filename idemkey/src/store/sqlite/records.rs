@@ -174,6 +174,7 @@ impl SqliteRecords<'_> {
         Ok(TrimReport {
             trimmed: trimmed as u64,
             deleted: deleted as u64,
+            rescheduled: 0,
         })
     }
 }
@@ -396,7 +397,7 @@ mod tests {
             &mut conn,
             &crate::store::Tables::default(),
             &crate::store::migrations::library(
-                include_str!("migrations/records_0001.sql"),
+                &[include_str!("migrations/records_0001.sql")],
                 [
                     include_str!("migrations/outbox_0001.sql"),
                     include_str!("migrations/outbox_0002.sql"),
@@ -415,6 +416,7 @@ mod tests {
             token: ClaimToken(Uuid::from_u128(1)),
             fingerprint: Fingerprint::from_bytes([7; 32]),
             lease: Duration::from_secs(60),
+            replay_ttl: Duration::from_secs(3600),
         };
         assert!(matches!(records.claim_now(&key, &claim), Ok(Claimed::Won)));
         for _ in 0..20 {

@@ -1,6 +1,8 @@
 -- Stores the response of in-flight claim $4, replayed for $5 ms from the
 -- store's clock. $1 scope, $2 operation, $3 key, $6 status, $7 headers,
--- $8 body (NULL when not stored), $9 resource id.
+-- $8 body (NULL when not stored), $9 resource id. No indexed column
+-- changes (see records/2), so the new row version is a HOT update when its
+-- page has room.
 UPDATE idempotency_records
 SET status = 'completed', lease_until = NULL,
     replay_until = statement_timestamp() + $5 * interval '1 millisecond',

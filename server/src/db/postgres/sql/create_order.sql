@@ -45,10 +45,11 @@ WITH caller AS (
 ), claim AS (
     INSERT INTO idempotency_records
         (scope, operation, key, fingerprint, claim, status, response_status,
-         response_headers, response_body, created_at, replay_until, resource_id)
+         response_headers, response_body, created_at, replay_until, resource_id, check_at)
     SELECT scope, $2::text, $3::text, $4::bytea, $5::uuid, 'completed', $13::int4,
            $7::text, $6::bytea, statement_timestamp(),
-           statement_timestamp() + $8::int8 * interval '1 millisecond', $9::uuid::text
+           statement_timestamp() + $8::int8 * interval '1 millisecond', $9::uuid::text,
+           statement_timestamp() + $8::int8 * interval '1 millisecond'
     FROM caller
     WHERE NOT EXISTS (SELECT 1 FROM existing) AND EXISTS (SELECT 1 FROM product)
       AND NOT EXISTS (SELECT 1 FROM taken)
