@@ -3,9 +3,9 @@
 //! connection may run on different server connections.
 //!
 //! What idemkey needs from a session, and how each survives the pooler:
-//! - statements: on a direct connection the order route prepares its
-//!   statements once per connection (planning the fused statement costs
-//!   more than running it); behind a transaction pooler every statement is
+//! - statements: on a direct connection the order route and the pool's
+//!   records store prepare their statements once per connection (planning
+//!   costs more than running them); behind a transaction pooler every statement is
 //!   unnamed (`query_typed`, parse + bind + execute in one round trip),
 //!   since a named one lives on one server connection and PgBouncer 1.18
 //!   does not track them (`prepared statement "s5" does not exist`);
