@@ -69,19 +69,14 @@ cleanup() {
   trap - EXIT INT TERM
   [ -n "${MON_PID:-}" ] && kill -TERM "$MON_PID" 2>/dev/null
   stop_all_procs
-  "$PEERDIR/stop-pg.sh" >/dev/null 2>&1
-  if [ -s "$W/pgdata/postmaster.pid" ]; then   # our postmaster, if pg_ctl could not stop it
-    local pm; pm=$(head -1 "$W/pgdata/postmaster.pid")
-    kill -TERM "$pm" 2>/dev/null; for _ in $(seq 1 100); do kill -0 "$pm" 2>/dev/null || break; sleep 0.1; done
-  fi
+  stop_own_cluster
   case $W in /tmp/idemkey-ab.*) rm -rf -- "$W" ;; esac
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "$PGPORT" "$PORT"; do port_busy "$p" && { echo "port $p is in use: set PGPORT / PORT" >&2; exit 2; }; done
+refuse_busy_ports "$PGPORT" "$PORT"
 command -v wrk >/dev/null || { apt-get update -qq; apt-get install -y -qq wrk; }
 command -v sqlite3 >/dev/null || { apt-get update -qq; apt-get install -y -qq sqlite3; }
 

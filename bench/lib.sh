@@ -19,6 +19,20 @@ log() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 # psql over the cluster's unix socket (trust), database $1.
 PSQL() { local db=$1; shift; "$PGBIN/psql" -h "$W" -p "$PGPORT" -U postgres -d "$db" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
+# ---- a script's own cluster (the peer harness's start-pg.sh in $W) -------------------------------
+# stop_own_cluster: stop it with the peer's stop-pg.sh, then its postmaster by PID if pg_ctl could not.
+stop_own_cluster() {
+  "$PEERDIR/stop-pg.sh" >/dev/null 2>&1
+  if [ -s "$W/pgdata/postmaster.pid" ]; then
+    local pm i; pm=$(head -1 "$W/pgdata/postmaster.pid")
+    kill -TERM "$pm" 2>/dev/null; for i in $(seq 1 100); do kill -0 "$pm" 2>/dev/null || break; sleep 0.1; done
+  fi
+}
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# refuse_busy_ports PORT...: exit 2 if one is taken (by another run, or a teammate's)
+refuse_busy_ports() { local p; for p in "$@"; do
+  port_busy "$p" && { echo "port $p is in use: set PGPORT / PORT" >&2; exit 2; }; done; return 0; }
+
 # ---- servers -----------------------------------------------------------------------------------
 # start_proc NAME PORT CMD...: start CMD in the background, pid -> $W/srv-NAME.pid, wait for
 # http://127.0.0.1:PORT/$HEALTH_PATH to answer (any HTTP status); returns 1 if it never does.

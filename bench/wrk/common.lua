@@ -30,6 +30,17 @@ function count(status, headers)
   end
 end
 
+-- Seeds math.random from /dev/urandom and the thread's number, so no two threads or runs draw
+-- the same keys.
+function seed_random()
+  local f = io.open("/dev/urandom", "rb")
+  local s = f:read(6); f:close()
+  local seed = 0
+  for i = 1, #s do seed = seed * 256 + s:byte(i) end
+  math.randomseed(seed + (tid or 0))
+  for _ = 1, 10 do math.random() end
+end
+
 function reset_counts()
   c201, c2xx, c409, c422, c503, cother, creplayed = 0, 0, 0, 0, 0, 0, 0
 end

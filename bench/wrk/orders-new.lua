@@ -14,12 +14,7 @@ if not lab then base["Authorization"] = "Bearer " .. assert(os.getenv("TOKEN"), 
 local r = math.random
 
 function init(args)
-  local f = io.open("/dev/urandom", "rb")
-  local s = f:read(6); f:close()
-  local seed = 0
-  for i = 1, #s do seed = seed * 256 + s:byte(i) end
-  math.randomseed(seed + (tid or 0))
-  for _ = 1, 10 do r() end
+  seed_random()
   reset_counts()
 end
 
