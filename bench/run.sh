@@ -21,13 +21,21 @@
 #   7. optional (LAYER_PEER=1): bench/layer-peer.sh, the Layer and the in-transaction API against the
 #      same handler bare and behind axum-idempotent (its own cluster, Redis and servers);
 #      core microbenchmarks (criterion) and the wasm package size;
-#   8. bench/report.py: TSVs -> summary.md (tables, ratios) + chart.png.
+#   8. optional, each on its own throwaway cluster with the same release server: bench/large-table.sh
+#      (LARGE_TABLE=1: the order route at LARGE_ROWS preloaded records, and the trim at that size),
+#      bench/partition-guard.sh (PARTITION_GUARD=1: a claim kept exact over time partitions) and
+#      bench/outbox-pace.sh (OUTBOX_PACE=1: the delivery worker against the order rate and the
+#      provider, PACE_MIX s of mixed load);
+#   9. bench/report.py: TSVs -> summary.md (tables, ratios) + chart.png, then the reports of 7 and 8.
 # Results: bench/results/<UTC stamp>/ (git-ignored). Stops its servers and its cluster at the end.
 #
 # Knobs: SERVER (a prebuilt binary), QUICK=1 (short runs, for trying the harness), DUR (15 s per cell), WARM (3), CONNS ("16 64"),
 # SYSTEMS ("node:1 node:2 idemkey-pg:1 idemkey-pg:2 idemkey-sqlite:1"), KINDS ("new replay"),
-# BURST_N (200), BURST_REPEAT (3), PGBENCH_PLAN, EXTRAS (1), LAYER_PEER (1; its ROUNDS 3 x SECS 5 via
-# LAYER_PEER_ROUNDS, LAYER_PEER_SECS), MICRO (1), QUIET_MAX (90 s per cell),
+# BURST_N (200), BURST_REPEAT (3), PGBENCH_PLAN, EXTRAS (1), LAYER_PEER (1; its ROUNDS 5 x SECS 5 via
+# LAYER_PEER_ROUNDS, LAYER_PEER_SECS), LARGE_TABLE (1; LARGE_ROWS 20000000, 200000 with QUICK=1),
+# PARTITION_GUARD (1),
+# OUTBOX_PACE (1; PACE_MIX 60 s of mixed load), SUB_ROUNDS and SUB_DUR (3 rounds of 10 s cells in
+# those two), MICRO (1), QUIET_MAX (90 s per cell),
 # NICE (0; -20 = cluster, servers, wrk, pgbench at high CPU priority on a box loaded by others),
 # W (/tmp/idemkey-bench), PGPORT (55449), BASE_PORT (38100), REBUILD_LAB (0), OUT, GEN2 (1: the second
 # generator), LOADGEN (a prebuilt bench/loadgen), FSYNC_PROBE (1: pg_test_fsync before and after),
@@ -44,9 +52,13 @@ QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
   DUR=${DUR:-4}; WARM=${WARM:-1}; BURST_N=${BURST_N:-50}; BURST_REPEAT=${BURST_REPEAT:-1}
   QUIET_MAX=${QUIET_MAX:-6}; EXTRAS=${EXTRAS:-0}; LAYER_PEER=${LAYER_PEER:-0}; MICRO_ARGS=(--warm-up-time 0.2 --measurement-time 0.5)
+  LARGE_TABLE=${LARGE_TABLE:-0}; PARTITION_GUARD=${PARTITION_GUARD:-0}; OUTBOX_PACE=${OUTBOX_PACE:-0}
+  SUB_DUR=${SUB_DUR:-2}; SUB_ROUNDS=${SUB_ROUNDS:-1}; PACE_MIX=${PACE_MIX:-10}; LARGE_ROWS=${LARGE_ROWS:-200000}
 else
   DUR=${DUR:-15}; WARM=${WARM:-3}; BURST_N=${BURST_N:-200}; BURST_REPEAT=${BURST_REPEAT:-3}
   QUIET_MAX=${QUIET_MAX:-90}; EXTRAS=${EXTRAS:-1}; LAYER_PEER=${LAYER_PEER:-1}; MICRO_ARGS=(--warm-up-time 1 --measurement-time 3)
+  LARGE_TABLE=${LARGE_TABLE:-1}; PARTITION_GUARD=${PARTITION_GUARD:-1}; OUTBOX_PACE=${OUTBOX_PACE:-1}
+  SUB_DUR=${SUB_DUR:-10}; SUB_ROUNDS=${SUB_ROUNDS:-3}; PACE_MIX=${PACE_MIX:-60}; LARGE_ROWS=${LARGE_ROWS:-20000000}
 fi
 export QUIET_MAX
 CONNS=${CONNS:-"16 64"}
@@ -395,7 +407,7 @@ fi
 if [ "$LAYER_PEER" = 1 ]; then
   log "Layer and in_transaction vs bare and axum-idempotent (bench/layer-peer.sh)"
   W=$W/layer-peer OUT=$OUT/layer-peer QUIET_MAX=$((QUIET_MAX < 30 ? QUIET_MAX : 30)) \
-    "$BENCH/layer-peer.sh" "${LAYER_PEER_ROUNDS:-3}" "${LAYER_PEER_SECS:-5}" >"$OUT/logs/layer-peer.log" 2>&1 \
+    "$BENCH/layer-peer.sh" "${LAYER_PEER_ROUNDS:-5}" "${LAYER_PEER_SECS:-5}" >"$OUT/logs/layer-peer.log" 2>&1 \
     || { log "layer-peer.sh failed:"; tail -5 "$OUT/logs/layer-peer.log" >&2; }
 fi
 if [ "$MICRO" = 1 ]; then
@@ -410,11 +422,45 @@ fi
   done
 } >"$OUT/wasm.tsv"
 
-# ---- 8. report ---------------------------------------------------------------------------------------
+# ---- 8. the large table, the partition guard, the outbox's pace ----------------------------------------
+# Each script has its own cluster, ports and knobs; the ones run.sh shares (DUR, WARM, CONNS, ROUNDS,
+# PGPORT, W) are given explicitly.
+if [ "$LARGE_TABLE" = 1 ]; then
+  log "the order route at $LARGE_ROWS records (bench/large-table.sh)"
+  # the trim's backlog: 1/20 of the rows (500,000 of each kind at 20 M), for twice a cell's time
+  ROWS=$LARGE_ROWS BACKLOG=$((LARGE_ROWS / 40)) TRIM_SECS=$((2 * SUB_DUR)) ROUNDS=$SUB_ROUNDS DUR=$SUB_DUR \
+    WARM=2 CONNS=16 PGPORT=55469 PORT=38180 \
+    SERVER=$SERVER OUT=$OUT/large-table QUIET_MAX=$((QUIET_MAX < 20 ? QUIET_MAX : 20)) \
+    "$BENCH/large-table.sh" >"$OUT/logs/large-table.log" 2>&1 \
+    || { log "large-table.sh failed:"; tail -5 "$OUT/logs/large-table.log" >&2; }
+fi
+if [ "$PARTITION_GUARD" = 1 ]; then
+  log "a claim kept exact over time partitions (bench/partition-guard.sh)"
+  ROUNDS=$SUB_ROUNDS DUR=$SUB_DUR CONNS=16 PGPORT=55479 SERVER=$SERVER OUT=$OUT/partition-guard \
+    QUIET_MAX=$((QUIET_MAX < 20 ? QUIET_MAX : 20)) \
+    "$BENCH/partition-guard.sh" >"$OUT/logs/partition-guard.log" 2>&1 \
+    || { log "partition-guard.sh failed:"; tail -5 "$OUT/logs/partition-guard.log" >&2; }
+fi
+if [ "$OUTBOX_PACE" = 1 ]; then
+  log "the outbox worker against the order rate and the provider (bench/outbox-pace.sh)"
+  (cd "$ROOT" && cargo build -q -p idemkey-testkit --bin idemkey-pg)
+  BIN=$SERVER BEFORE_BIN='' W=$W/outbox-pace MIX_TARGETS="sink sim" DRAIN_MAX=30 \
+    "$BENCH/outbox-pace.sh" "$((SUB_DUR < 8 ? SUB_DUR : 8))" "$PACE_MIX" >"$OUT/outbox-pace.txt" 2>"$OUT/logs/outbox-pace.log" \
+    || { log "outbox-pace.sh failed:"; tail -5 "$OUT/logs/outbox-pace.log" >&2; }
+fi
+
+# ---- 9. report ---------------------------------------------------------------------------------------
 "$PY" "$BENCH/report.py" "$OUT" >"$OUT/summary.md"
 if [ -s "$OUT/layer-peer/summary.md" ]; then
   { echo; echo "## Layer and in_transaction vs axum-idempotent (bench/layer-peer.sh, new key per request)"
     echo; cat "$OUT/layer-peer/summary.md"; } >>"$OUT/summary.md"
+fi
+for part in large-table/large-table.md partition-guard/partition-guard.md; do
+  if [ -s "$OUT/$part" ]; then { echo; sed 's/^# /## /' "$OUT/$part"; } >>"$OUT/summary.md"; fi
+done
+if [ -s "$OUT/outbox-pace.txt" ]; then
+  { echo; echo "## The outbox's pace (bench/outbox-pace.sh, one RESULT line per figure)"; echo; echo '```'
+    grep '^RESULT' "$OUT/outbox-pace.txt"; echo '```'; } >>"$OUT/summary.md"
 fi
 log "done: $OUT"
 cat "$OUT/summary.md"
