@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The large-table and partition-guard benchmarks, small: bench/large-table.sh
+# The large-table, partition-guard and SQLite trim benchmarks, small: bench/large-table.sh
 # with 2,000 preloaded rows (COPY, the indexes dropped and built again and
 # checked equal to the migrated ones), one round of one-second cells and a
 # trim over a backlog; bench/partition-guard.sh with one round of the
 # guarded claim over two partitions, its check that a key claimed twice is
-# stored once, and a partition dropped. Checks that every part ran and that
+# stored once, and a partition dropped; bench/sqlite-trim.sh over a backlog of
+# 2 x 500 rows. Checks that every part ran and that
 # every answer was the expected 201 or replayed 201: the figures of a debug
 # build on a busy box mean nothing, the commands working does. (The real
 # runs: docs/performance.md, "Twenty million records".)
@@ -46,4 +47,8 @@ OUT=$OUT/guard SERVER=$SERVER PGPORT=55465 PARTS=2 ROUNDS=1 DUR=1 DROP_ROWS=1000
 cells=$(awk -F'\t' 'NR > 1 && $3 > 0' "$OUT/guard/cells.tsv" | wc -l)
 [ "$cells" = 2 ] || fail "partition-guard: $cells measured cells, expected 2"
 grep -q '; 0 left)' "$OUT/guard/partition-guard.md" || fail "partition-guard: the trim left rows behind"
-echo "66-large-table-smoke.sh: bench/large-table.sh and bench/partition-guard.sh ran every part"
+OUT=$OUT/sqlite SERVER=$SERVER ROWS=2000 BACKLOG=500 BATCHES=100 \
+    bash bench/sqlite-trim.sh >"$OUT/sqlite.log" 2>&1 || { tail -30 "$OUT/sqlite.log" >&2; fail "bench/sqlite-trim.sh exited $?"; }
+awk -F'\t' 'NR > 1 && !($6 == 500 && $7 == 500) { exit 1 }' "$OUT/sqlite/sqlite-trim.tsv" \
+    || fail "sqlite-trim: the backlog was not all trimmed: $(cat "$OUT/sqlite/sqlite-trim.tsv")"
+echo "66-large-table-smoke.sh: bench/large-table.sh, bench/partition-guard.sh and bench/sqlite-trim.sh ran every part"
