@@ -271,9 +271,6 @@ backlog() {
       ELSE timestamptz '$BASE' - interval '30 days 1 hour' + (i::float8 / (2 * $BACKLOG + 1)) * interval '1 hour' END AS t) c
   ) TO STDOUT"
 }
-# The library's trim statement with its two parameters as pgbench variables.
-TRIM_SQL=$ROOT/idemkey/src/store/postgres/sql/trim.sql
-grep -v '^--' "$TRIM_SQL" | sed -e 's/\$1/:retention/g' -e 's/\$2/:batch/g' | tr '\n' ' ' >"$W/trim.body"
 # backlog_rows: row i of the backlog, by its primary key
 backlog_rows="generate_series(1, 2 * $BACKLOG) i JOIN bench_accounts a ON a.n = i % $ACCOUNTS
   JOIN idempotency_records r ON r.scope = a.id::text AND r.operation = (SELECT operation FROM bench_sample)
@@ -293,7 +290,7 @@ for batch in $TRIM_BATCHES; do for with in alone new-keys; do
   fi
   PSQL large -c "$(backlog)" | PSQL large -c "COPY idempotency_records $REC_COLS FROM STDIN"
   PSQL large -c "VACUUM ANALYZE idempotency_records" -c CHECKPOINT
-  { echo "\\set retention $RETENTION_MS"; echo "\\set batch $batch"; cat "$W/trim.body"; echo ';'; } >"$W/trim.pgb"
+  pgbench_trim_script "$RETENTION_MS" "$batch" >"$W/trim.pgb"
   name="trim-$batch-$with"
   wait_quiet || true
   read -r n0 tomb0 < <(counts)

@@ -33,6 +33,13 @@ port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 refuse_busy_ports() { local p; for p in "$@"; do
   port_busy "$p" && { echo "port $p is in use: set PGPORT / PORT" >&2; exit 2; }; done; return 0; }
 
+# pgbench_trim_script RETENTION_MS BATCH: the library's PostgreSQL trim statement (what
+# maintenance::trim_round sends) as a one-line pgbench script, its two parameters written in.
+pgbench_trim_script() {
+  grep -v '^--' "$ROOT/idemkey/src/store/postgres/sql/trim.sql" | sed -e "s/\\\$1/$1/g" -e "s/\\\$2/$2/g" | tr '\n' ' '
+  echo ';'
+}
+
 # ---- servers -----------------------------------------------------------------------------------
 # start_proc NAME PORT CMD...: start CMD in the background, pid -> $W/srv-NAME.pid, wait for
 # http://127.0.0.1:PORT/$HEALTH_PATH to answer (any HTTP status); returns 1 if it never does.

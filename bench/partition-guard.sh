@@ -172,8 +172,7 @@ t1=$(date +%s%N)
 PSQL guard -c "DROP TABLE parted_${big}_0"
 t2=$(date +%s%N)
 DETACH_MS=$(( (t1 - t0) / 1000000 )) DROP_MS=$(( (t2 - t1) / 1000000 ))
-TRIM_SQL=$(grep -v '^--' "$ROOT/idemkey/src/store/postgres/sql/trim.sql" | sed -e 's/\$1/2592000000/g' -e 's/\$2/500/g')
-{ echo "$TRIM_SQL"; echo ';'; } | tr '\n' ' ' >"$W/trim.pgb"
+pgbench_trim_script $((30 * 86400 * 1000)) 500 >"$W/trim.pgb"
 t0=$(date +%s%N)
 # one connection, as the server's task; as many batches as the rows need, and a few more
 RUN_NICE "$PGBIN/pgbench" -h "$W" -p "$PGPORT" -U postgres -n -c 1 -t $((DROP_ROWS / 500 + 5)) -f "$W/trim.pgb" guard \
