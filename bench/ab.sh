@@ -63,17 +63,7 @@ W=$(mktemp -d /tmp/idemkey-ab.XXXXXX); chmod 1777 "$W"   # the postgres OS user 
 . "$BENCH/lib.sh"
 export PEER=$W PGPORT                 # for the peer's start-pg.sh / stop-pg.sh
 
-cleanup() {
-  local rc=$?
-  set +e
-  trap - EXIT INT TERM
-  [ -n "${MON_PID:-}" ] && kill -TERM "$MON_PID" 2>/dev/null
-  stop_all_procs
-  stop_own_cluster
-  case $W in /tmp/idemkey-ab.*) rm -rf -- "$W" ;; esac
-  exit "$rc"
-}
-trap cleanup EXIT
+trap own_cleanup EXIT
 trap 'exit 130' INT TERM
 
 refuse_busy_ports "$PGPORT" "$PORT"

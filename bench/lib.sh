@@ -28,6 +28,18 @@ stop_own_cluster() {
     kill -TERM "$pm" 2>/dev/null; for i in $(seq 1 100); do kill -0 "$pm" 2>/dev/null || break; sleep 0.1; done
   fi
 }
+# own_cleanup: the EXIT trap of a script whose W is its own mktemp dir (/tmp/idemkey-NAME.XXXXXX):
+# stops its monitor, servers and cluster, removes W, and exits with the script's status.
+own_cleanup() {
+  local rc=$?
+  set +e
+  trap - EXIT INT TERM
+  [ -n "${MON_PID:-}" ] && kill -TERM "$MON_PID" 2>/dev/null
+  stop_all_procs
+  stop_own_cluster
+  case $W in /tmp/idemkey-*.*) rm -rf -- "$W" ;; esac
+  exit "$rc"
+}
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # refuse_busy_ports PORT...: exit 2 if one is taken (by another run, or a teammate's)
 refuse_busy_ports() { local p; for p in "$@"; do

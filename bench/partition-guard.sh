@@ -54,15 +54,7 @@ W=$(mktemp -d /tmp/idemkey-guard.XXXXXX); chmod 1777 "$W"
 # shellcheck source=bench/lib.sh
 . "$BENCH/lib.sh"
 export PEER=$W PGPORT
-cleanup() {
-  local rc=$?
-  set +e
-  trap - EXIT INT TERM
-  stop_own_cluster
-  case $W in /tmp/idemkey-guard.*) rm -rf -- "$W" ;; esac
-  exit "$rc"
-}
-trap cleanup EXIT
+trap own_cleanup EXIT
 trap 'exit 130' INT TERM
 refuse_busy_ports "$PGPORT"
 

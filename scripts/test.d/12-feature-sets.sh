@@ -10,3 +10,7 @@ for features in "" "layer,redis" "postgres" "postgres,layer" "sqlite,outbox" "la
     echo "idemkey --no-default-features --features [$features]"
     cargo clippy -q -p idemkey --no-default-features ${features:+--features "$features"} -- -D warnings
 done
+# The order service's benchmark baseline (bench/payments.sh builds it in release, outside the
+# tests): it must keep building.
+echo "idemkey-server --features [without-payments]"
+cargo clippy -q -p idemkey-server --features without-payments -- -D warnings

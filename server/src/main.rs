@@ -89,6 +89,8 @@ async fn run_serve(args: ServeArgs) -> Result<(), String> {
         }
     }
     let store = open_store(&args.database, &pg).await?;
+    #[cfg(feature = "without-payments")]
+    tracing::warn!("built without payments (a benchmark's baseline): orders are never charged");
     #[cfg(feature = "test-faults")]
     if args.test_faults {
         info!("test fault injection is ON (x-idemkey-test-fault header)");

@@ -23,6 +23,7 @@ pub(crate) mod reservation;
 pub(crate) mod reserve_step;
 mod sqlite;
 mod store;
+mod without_payments;
 
 pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
 pub use caller::{AccountId, Authed, TokenHash};

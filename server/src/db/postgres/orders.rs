@@ -8,12 +8,16 @@
 //! typed (`query_typed`): still one round trip, nothing left on a server
 //! connection that the next transaction may not get.
 
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
 use deadpool_postgres::Object;
 use idemkey_core::{Decision, IdempotencyKey, OperationId};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
+use crate::db::without_payments::statement;
 use crate::db::{
     AccountId, Authed, Order, OrderAnswer, OrderAttempt, OrderDraft, OrderEffectError, Payment,
     Price, Refusal, StoreError, TokenHash, from_system_time, to_system_time,
@@ -22,8 +26,12 @@ use idemkey::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, Record
 use idemkey::store::PgPooler;
 use idemkey::store::postgres::{db_error, read_from_row, run_in_transaction};
 
-const CREATE_ORDER: &str = include_str!("sql/create_order.sql");
-const INSERT_ORDER: &str = include_str!("sql/insert_order.sql");
+/// The fused statement (without its charge in a `without-payments` build).
+static CREATE_ORDER: LazyLock<Cow<'static, str>> =
+    LazyLock::new(|| statement(include_str!("sql/create_order.sql")));
+/// The slow path's order insert (the same).
+static INSERT_ORDER: LazyLock<Cow<'static, str>> =
+    LazyLock::new(|| statement(include_str!("sql/insert_order.sql")));
 const LOOKUP: &str = include_str!("sql/lookup.sql");
 const ORDER: &str = include_str!("sql/order.sql");
 const PRODUCTS: &str = include_str!("sql/products.sql");
@@ -97,12 +105,12 @@ impl super::PgOrders {
             (&draft.charge, Type::TEXT),
         ];
         let fused = match &draft.hold {
-            None => self.rows_raw(client, CREATE_ORDER, &params).await,
+            None => self.rows_raw(client, &CREATE_ORDER, &params).await,
             // A test fault: the same statement, its transaction held open
             // before the commit when it created the order.
             Some(hold) => {
                 let tx = client.transaction().await.map_err(db_error)?;
-                let rows = tx.query_typed(CREATE_ORDER, &params).await;
+                let rows = tx.query_typed(&CREATE_ORDER, &params).await;
                 if let Ok(rows) = &rows
                     && rows
                         .first()
@@ -187,7 +195,7 @@ impl super::PgOrders {
                     let reference = order.reference.as_deref();
                     let row = tx
                         .query_one(
-                            INSERT_ORDER,
+                            &**INSERT_ORDER,
                             &[
                                 &order.id,
                                 &account.0,
