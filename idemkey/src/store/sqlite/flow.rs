@@ -284,20 +284,17 @@ impl Journal for SqliteJournal<'_> {
             self.conn
                 .prepare_cached(&self.tables.render_static(ENQUEUE))
                 .and_then(|mut stmt| {
-                    // The message's id (RETURNING): a step's message is
-                    // found by its flow, not by its id.
-                    stmt.query_row(
-                        params![
-                            row.scope,
-                            row.operation,
-                            row.key,
-                            STEP_EFFECT,
-                            row.id.to_string(),
-                            payload
-                        ],
-                        |_| Ok(()),
-                    )
+                    // A step's message is found by its flow, not by its id.
+                    stmt.execute(params![
+                        row.scope,
+                        row.operation,
+                        row.key,
+                        STEP_EFFECT,
+                        row.id.to_string(),
+                        payload
+                    ])
                 })
+                .map(drop)
                 .map_err(sqlite_error),
         )
     }

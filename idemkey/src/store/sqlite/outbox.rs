@@ -42,19 +42,18 @@ pub fn enqueue(
 ) -> Result<i64, StoreError> {
     conn.prepare_cached(ENQUEUE)
         .and_then(|mut stmt| {
-            stmt.query_row(
-                params![
-                    key.scope.as_str(),
-                    key.operation.as_str(),
-                    key.key.as_str(),
-                    effect,
-                    resource,
-                    payload
-                ],
-                |row| row.get(0),
-            )
+            stmt.execute(params![
+                key.scope.as_str(),
+                key.operation.as_str(),
+                key.key.as_str(),
+                effect,
+                resource,
+                payload
+            ])
         })
-        .map_err(sqlite_error)
+        .map_err(sqlite_error)?;
+    // The row just inserted on this connection (outbox has no trigger).
+    Ok(conn.last_insert_rowid())
 }
 
 impl SqliteDb {
