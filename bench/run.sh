@@ -456,7 +456,8 @@ fi
 
 if [ "$PAYMENTS" = 1 ]; then
   log "new orders with and without payments, both stores (bench/payments.sh)"
-  SERVER=$SERVER ROUNDS=$PAYMENTS_ROUNDS OUT=$OUT/payments QUIET_MAX=$((QUIET_MAX < 20 ? QUIET_MAX : 20)) \
+  # Both builds from this tree: a SERVER given from elsewhere is not what the baseline is built from.
+  SERVER=$([ -n "$SERVER_GIVEN" ] || echo "$SERVER") ROUNDS=$PAYMENTS_ROUNDS OUT=$OUT/payments QUIET_MAX=$((QUIET_MAX < 20 ? QUIET_MAX : 20)) \
     "$BENCH/payments.sh" >"$OUT/logs/payments.log" 2>&1 \
     || { log "payments.sh failed:"; tail -5 "$OUT/logs/payments.log" >&2; }
 fi
