@@ -74,21 +74,7 @@ W=$(mktemp -d /tmp/idemkey-large.XXXXXX); chmod 1777 "$W"
 . "$BENCH/lib.sh"
 export PEER=$W PGPORT
 
-cleanup() {
-  local rc=$?
-  set +e
-  trap - EXIT INT TERM
-  [ -n "${MON_PID:-}" ] && kill -TERM "$MON_PID" 2>/dev/null
-  stop_all_procs
-  if [ "$KEEP" = 1 ] && [ "$rc" = 0 ]; then
-    log "KEEP=1: the cluster runs on; psql -h $W -p $PGPORT -U postgres large; stop: PEER=$W PGPORT=$PGPORT $PEERDIR/stop-pg.sh"
-    exit 0
-  fi
-  stop_own_cluster
-  case $W in /tmp/idemkey-large.*) rm -rf -- "$W" ;; esac
-  exit "$rc"
-}
-trap cleanup EXIT
+trap own_cleanup EXIT
 trap 'exit 130' INT TERM
 
 refuse_busy_ports "$PGPORT" "$PORT"

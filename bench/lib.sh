@@ -29,13 +29,18 @@ stop_own_cluster() {
   fi
 }
 # own_cleanup: the EXIT trap of a script whose W is its own mktemp dir (/tmp/idemkey-NAME.XXXXXX):
-# stops its monitor, servers and cluster, removes W, and exits with the script's status.
+# stops its monitor, servers and cluster, removes W, and exits with the script's status; with
+# KEEP=1 after a success, the cluster runs on and W stays, for a look at the tables.
 own_cleanup() {
   local rc=$?
   set +e
   trap - EXIT INT TERM
   [ -n "${MON_PID:-}" ] && kill -TERM "$MON_PID" 2>/dev/null
   stop_all_procs
+  if [ "${KEEP:-0}" = 1 ] && [ "$rc" = 0 ]; then
+    log "KEEP=1: the cluster runs on; psql -h $W -p $PGPORT -U postgres; stop: PEER=$W PGPORT=$PGPORT $PEERDIR/stop-pg.sh"
+    exit 0
+  fi
   stop_own_cluster
   case $W in /tmp/idemkey-*.*) rm -rf -- "$W" ;; esac
   exit "$rc"
