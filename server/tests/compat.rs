@@ -337,6 +337,7 @@ const AFTER_THE_SHARED_LIST: &[&str] = &[
     "outbox/2",
     "provider-sim/3",
     "records/2",
+    "records/3",
     "steps/1",
 ];
 
@@ -422,6 +423,7 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
     ];
     if backend == Backend::Postgres {
         applied.insert(6, "records/2");
+        applied.insert(7, "records/3");
     }
     assert_eq!(bookkeeping(&env), applied);
     assert_eq!(snapshot(&env, true), before);

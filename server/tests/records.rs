@@ -335,6 +335,93 @@ async fn completions_are_hot_updates() {
     );
 }
 
+/// The record's invariants hold at the database, whoever writes: a row
+/// that breaks one is refused with SQLSTATE 23514 and nothing is stored,
+/// a row that keeps them all is stored, and the table carries no CHECK
+/// constraint (a trigger checks them, its plan kept per session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_breaks_an_invariant_is_refused() {
+    let env = Env::new(Backend::Postgres);
+    drop(open(&env).await);
+    let row = |key: &str,
+               fingerprint: &str,
+               status: &str,
+               lease: &str,
+               replay: &str,
+               code: &str| {
+        format!(
+            "INSERT INTO idempotency_records (scope, operation, key, fingerprint, claim, status, \
+                 created_at, lease_until, replay_until, response_status) \
+             VALUES ('acct', 'http:v1', '{key}', '\\x{fingerprint}'::bytea, gen_random_uuid(), \
+                     '{status}', now(), {lease}, {replay}, {code})"
+        )
+    };
+    let fp = "ab".repeat(32);
+    let now = "now()";
+    let broken = [
+        ("empty key", row("", &fp, "in_flight", now, "NULL", "NULL")),
+        (
+            "long key",
+            row(&"k".repeat(256), &fp, "in_flight", now, "NULL", "NULL"),
+        ),
+        (
+            "short fingerprint",
+            row("a", "abcd", "in_flight", now, "NULL", "NULL"),
+        ),
+        ("unknown status", row("b", &fp, "done", now, now, "200")),
+        ("status 99", row("c", &fp, "completed", "NULL", now, "99")),
+        (
+            "in flight without a lease",
+            row("d", &fp, "in_flight", "NULL", "NULL", "NULL"),
+        ),
+        (
+            "completed with a lease",
+            row("e", &fp, "completed", now, now, "200"),
+        ),
+        (
+            "completed without a status",
+            row("f", &fp, "completed", "NULL", now, "NULL"),
+        ),
+        (
+            "tombstone with a status",
+            row("g", &fp, "tombstone", "NULL", now, "200"),
+        ),
+        (
+            "completed without a window",
+            row("h", &fp, "completed", "NULL", "NULL", "200"),
+        ),
+    ];
+    for (what, sql) in broken {
+        let err = env
+            .cluster()
+            .psql(&env.db, &format!("\\set VERBOSITY verbose\n{sql}"))
+            .expect_err(what);
+        assert!(err.to_string().contains("23514"), "{what}: {err}");
+    }
+    assert_eq!(env.count("idempotency_records"), 0);
+    // The same statement with every rule kept, and an UPDATE that breaks one.
+    env.sql(&row("ok", &fp, "completed", "NULL", now, "201"));
+    let err = env
+        .cluster()
+        .psql(
+            &env.db,
+            "\\set VERBOSITY verbose\nUPDATE idempotency_records SET response_status = NULL",
+        )
+        .expect_err("an update that breaks a rule");
+    assert!(err.to_string().contains("23514"), "{err}");
+    assert_eq!(
+        env.sql("SELECT key, response_status FROM idempotency_records"),
+        "ok|201"
+    );
+    assert_eq!(
+        env.sql(
+            "SELECT count(*) FROM pg_constraint \
+             WHERE conrelid = 'idempotency_records'::regclass AND contype = 'c'"
+        ),
+        "0"
+    );
+}
+
 /// A row that carries no `check_at` (written before the column existed, or
 /// by a statement that does not set it) is due from its creation:
 /// maintenance looks at it, reschedules it while its window runs, and trims

@@ -99,6 +99,7 @@ impl PgDb {
             &[
                 include_str!("migrations/records_0001.sql"),
                 include_str!("migrations/records_0002.sql"),
+                include_str!("migrations/records_0003.sql"),
             ],
             [
                 include_str!("migrations/outbox_0001.sql"),
