@@ -57,6 +57,22 @@ pgbench_trim_script() {
   echo ';'
 }
 
+# pgbench_order_vars: PGB_VARS, the -D values of bench/pgbench/gen.py's order scripts (the server's
+# create_order.sql): the first token of database idemkey, one made-up order's body, headers and
+# charge. Each script draws its own key and order id.
+pgbench_order_vars() {
+  local tokhex oid
+  # shellcheck disable=SC2016  # $$hex$$ is SQL dollar quoting
+  tokhex=$(PSQL idemkey -tAc 'SELECT encode(token_hash, $$hex$$) FROM api_tokens LIMIT 1')
+  oid=$(cat /proc/sys/kernel/random/uuid)
+  PGB_VARS=(-D "tok=\\x$tokhex" -D "fp=\\x$(printf x | sha256sum | cut -c1-64)" -D 'op=POST /orders:v1'
+    -D "body={\"id\":\"$oid\",\"sku\":\"LIBRO-TS\",\"quantity\":2,\"created_at\":\"2026-12-02T18:00:00.000Z\"}"
+    -D "hdrs=[[\"content-type\",\"application/json\"],[\"location\",\"/orders/$oid\"]]"
+    -D created_at=2026-12-02T18:00:00Z -D replay_ms=86400000 -D status=201 -D sku=LIBRO-TS -D qty=2
+    -D unit_cents=2990 -D currency=EUR -D amount=5980
+    -D "charge={\"order_id\":\"$oid\",\"amount_cents\":5980,\"currency\":\"EUR\"}")
+}
+
 # ---- servers -----------------------------------------------------------------------------------
 # start_proc NAME PORT CMD...: start CMD in the background, pid -> $W/srv-NAME.pid, wait for
 # http://127.0.0.1:PORT/$HEALTH_PATH to answer (any HTTP status); returns 1 if it never does.
@@ -81,7 +97,12 @@ stop_proc() {
   if kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid" 2>/dev/null || true
     for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "$1 (pid $pid) still runs 10 s after SIGTERM: SIGKILL" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+      # Its listening socket closes only once it has exited: the next server may want the port.
+      for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
   fi
   rm -f "$f"
 }

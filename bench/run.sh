@@ -329,15 +329,7 @@ printf 'variant\tscript\tround_trips\tclients\tdur_s\ttps\tlat_avg_ms\tfailed\to
 mkdir -p "$OUT/pgbench"
 cp "$BENCH/pgbench/new-txn.sql" "$OUT/pgbench/"
 "$PY" "$BENCH/pgbench/gen.py" "$ROOT/server/src/db/postgres/sql" "$OUT/pgbench"
-# shellcheck disable=SC2016  # $$hex$$ is SQL dollar quoting
-TOKHEX=$(PSQL idemkey -tAc 'SELECT encode(token_hash, $$hex$$) FROM api_tokens LIMIT 1')
-OID0=$(cat /proc/sys/kernel/random/uuid)
-PGB_VARS=(-D "tok=\\x$TOKHEX" -D "fp=\\x$(printf x | sha256sum | cut -c1-64)" -D 'op=POST /orders:v1'
-  -D "body={\"id\":\"$OID0\",\"sku\":\"LIBRO-TS\",\"quantity\":2,\"created_at\":\"2026-12-02T18:00:00.000Z\"}"
-  -D "hdrs=[[\"content-type\",\"application/json\"],[\"location\",\"/orders/$OID0\"]]"
-  -D created_at=2026-12-02T18:00:00Z -D replay_ms=86400000 -D status=201 -D sku=LIBRO-TS -D qty=2
-  -D unit_cents=2990 -D currency=EUR -D amount=5980
-  -D "charge={\"order_id\":\"$OID0\",\"amount_cents\":5980,\"currency\":\"EUR\"}")
+pgbench_order_vars   # PGB_VARS: the order statement's values, for gen.py's scripts
 rt_of() { case $1 in new-txn) echo 5;; *) echo 1;; esac; }
 pgbench_cell() {  # pgbench_cell VARIANT SCRIPT CLIENTS
   local variant=$1 s=$2 c=$3 j=2 extra=() q=quiet name mon w0 c0 w1 c1 txt
