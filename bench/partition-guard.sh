@@ -78,6 +78,9 @@ for p in $PARTS; do
 CREATE TABLE parted_$p (LIKE idempotency_records INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
   PARTITION BY RANGE (created_at);
 ALTER TABLE parted_$p ADD PRIMARY KEY (scope, operation, key, created_at);
+-- The record's rules, as today's table checks them (its trigger; LIKE copies no trigger).
+CREATE TRIGGER parted_${p}_valid BEFORE INSERT OR UPDATE ON parted_$p
+  FOR EACH ROW EXECUTE FUNCTION idempotency_records_valid();
 CREATE INDEX ON parted_$p ((COALESCE(check_at, created_at)));
 DO \$\$ BEGIN
   FOR d IN 0..$p - 1 LOOP
