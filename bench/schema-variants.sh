@@ -15,8 +15,8 @@
 #   layer  claim.sql then complete.sql (16-byte body), the two autocommit statements of a key behind
 #          the Layer, with the sessions' plan_cache_mode=force_generic_plan, as the pool sets it
 # Variants (a `+` joins several): each is SQL put in place before its run and taken back after it,
-# on a table just emptied (TRUNCATE, no ANALYZE: a generic plan made while a table is analyzed
-# empty is another story, see docs/performance.md "Open questions").
+# on a table just emptied (TRUNCATE, no ANALYZE: without the pool's enable_seqscan=off, a generic
+# plan made while a table is analyzed empty scans it whole; docs/performance.md "Open questions").
 #   base        the schema as migrated
 #   nopay       (order) the statement without its message
 #   small       (order) the message without its copies of operation and key
