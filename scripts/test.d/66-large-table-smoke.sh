@@ -5,7 +5,8 @@
 # trim over a backlog; bench/partition-guard.sh with one round of the
 # guarded claim over two partitions, its check that a key claimed twice is
 # stored once, and a partition dropped; bench/sqlite-trim.sh over a backlog of
-# 2 x 500 rows. Checks that every part ran and that
+# 2 x 500 rows; bench/schema-variants.sh with every variant of both
+# workloads for one second each. Checks that every part ran and that
 # every answer was the expected 201 or replayed 201: the figures of a debug
 # build on a busy box mean nothing, the commands working does. (The real
 # runs: docs/performance.md, "Twenty million records".)
@@ -51,4 +52,16 @@ OUT=$OUT/sqlite SERVER=$SERVER ROWS=2000 BACKLOG=500 BATCHES=100 \
     bash bench/sqlite-trim.sh >"$OUT/sqlite.log" 2>&1 || { tail -30 "$OUT/sqlite.log" >&2; fail "bench/sqlite-trim.sh exited $?"; }
 awk -F'\t' 'NR > 1 && !($6 == 500 && $7 == 500) { exit 1 }' "$OUT/sqlite/sqlite-trim.tsv" \
     || fail "sqlite-trim: the backlog was not all trimmed: $(cat "$OUT/sqlite/sqlite-trim.tsv")"
-echo "66-large-table-smoke.sh: bench/large-table.sh, bench/partition-guard.sh and bench/sqlite-trim.sh ran every part"
+for workload in order layer; do
+    case $workload in
+        order) variants="base nopay small pkid nopk nodue lean nochk onechk obtrig checks none+pkid" ;;
+        layer) variants="base checks none onecheck" ;;
+    esac
+    OUT=$OUT/schema-$workload BIN=$SERVER PGPORT=55467 ROUNDS=1 DUR=1 \
+        bash bench/schema-variants.sh "$workload" "$variants" >"$OUT/schema-$workload.log" 2>&1 \
+        || { tail -30 "$OUT/schema-$workload.log" >&2; fail "bench/schema-variants.sh $workload exited $?"; }
+    measured=$(awk -F'\t' 'NR > 1 && $4 != "NA" && $4 > 0' "$OUT/schema-$workload/variants.tsv" | wc -l)
+    [ "$measured" = "$(wc -w <<<"$variants")" ] \
+        || fail "schema-variants $workload: $measured of $(wc -w <<<"$variants") variants measured"
+done
+echo "66-large-table-smoke.sh: bench/large-table.sh, bench/partition-guard.sh, bench/sqlite-trim.sh and bench/schema-variants.sh ran every part"
