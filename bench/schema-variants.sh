@@ -95,29 +95,24 @@ grep -q '\$[0-9]' "$W/pgb/layer.sql" && { echo "a parameter left in layer.sql" >
 pgbench_order_vars   # PGB_VARS (lib.sh)
 
 # ---- the variants -------------------------------------------------------------------------------
-constraints() {  # constraints TABLE add|drop: the table's CHECKs as ALTER TABLE clauses
-  local what="format('ADD CONSTRAINT %I %s', conname, pg_get_constraintdef(oid))"
+constraints() {  # constraints TABLE add|drop|and: the table's CHECKs as ALTER TABLE clauses, or one condition
+  local what="format('ADD CONSTRAINT %I %s', conname, pg_get_constraintdef(oid))" sep=', '
   [ "$2" = drop ] && what="format('DROP CONSTRAINT %I', conname)"
-  PSQL idemkey -tAc "SELECT coalesce(string_agg($what, ', '), '') FROM pg_constraint
+  [ "$2" = and ] && what="'(' || pg_get_expr(conbin, conrelid) || ')'" sep=' AND '
+  PSQL idemkey -tAc "SELECT coalesce(string_agg($what, '$sep' ORDER BY conname), '') FROM pg_constraint
                      WHERE conrelid = '$1'::regclass AND contype = 'c'"
 }
-OB_ADD=$(constraints outbox add) OB_DROP=$(constraints outbox drop)
-RULES="length(key) BETWEEN 1 AND 255 AND length(fingerprint) = 32
-  AND status IN ('in_flight', 'completed', 'tombstone')
-  AND (response_status IS NULL OR response_status BETWEEN 100 AND 599)
-  AND (status = 'in_flight') = (lease_until IS NOT NULL)
-  AND (status = 'completed') = (response_status IS NOT NULL)
-  AND (status = 'in_flight' OR replay_until IS NOT NULL)"
-SEVEN="ADD CONSTRAINT idempotency_records_key_check CHECK (length(key) BETWEEN 1 AND 255),
-  ADD CONSTRAINT idempotency_records_fingerprint_check CHECK (length(fingerprint) = 32),
-  ADD CONSTRAINT idempotency_records_status_check CHECK (status IN ('in_flight', 'completed', 'tombstone')),
-  ADD CONSTRAINT idempotency_records_response_status_check CHECK (response_status BETWEEN 100 AND 599),
-  ADD CONSTRAINT idempotency_records_check1 CHECK ((status = 'in_flight') = (lease_until IS NOT NULL)),
-  ADD CONSTRAINT idempotency_records_completed CHECK ((status = 'completed') = (response_status IS NOT NULL)),
-  ADD CONSTRAINT idempotency_records_window CHECK (status = 'in_flight' OR replay_until IS NOT NULL)"
+OB_ADD=$(constraints outbox add) OB_DROP=$(constraints outbox drop) OB_ONE=$(constraints outbox and)
+# The records' seven CHECKs as the first migration made them, read from a copy of its table.
+PSQL idemkey -c 'CREATE SCHEMA bench_v1' -c 'SET search_path = bench_v1' \
+  -f "$ROOT/idemkey/src/store/postgres/migrations/records_0001.sql" >/dev/null
+SEVEN=$(constraints bench_v1.idempotency_records add) RULES=$(constraints bench_v1.idempotency_records and)
+PSQL idemkey -c 'DROP SCHEMA bench_v1 CASCADE' >/dev/null
+[ "$(grep -o 'ADD CONSTRAINT' <<<"$SEVEN" | wc -l)" = 7 ] || { echo "records/1 has not seven CHECKs: $SEVEN" >&2; exit 1; }
 NO_TRIGGER="DROP TRIGGER idempotency_records_valid ON idempotency_records"
 TRIGGER="CREATE TRIGGER idempotency_records_valid BEFORE INSERT OR UPDATE ON idempotency_records
   FOR EACH ROW EXECUTE FUNCTION idempotency_records_valid()"
+# outbox_0001.sql's three CHECKs, written again on NEW (a trigger's condition cannot be read back).
 OB_TRIGGER="CREATE FUNCTION outbox_valid_bench() RETURNS trigger LANGUAGE plpgsql AS \$f\$ BEGIN
   IF NOT (NEW.effect ~ '^[a-z][a-z0-9-]{0,31}\$' AND NEW.status IN ('pending', 'delivered', 'failed', 'dead')
           AND (NEW.status = 'pending') = (NEW.settled_at IS NULL)) THEN
@@ -139,9 +134,7 @@ variant() {  # variant NAME apply|undo
             -c "CREATE INDEX outbox_flow_step ON outbox (scope, resource_id) WHERE effect = 'flow-step'"; fi ;;
     nochk) if ((apply)); then PSQL idemkey -c "ALTER TABLE outbox $OB_DROP"
            else PSQL idemkey -c "ALTER TABLE outbox $OB_ADD"; fi ;;
-    onechk) if ((apply)); then PSQL idemkey -c "ALTER TABLE outbox $OB_DROP, ADD CONSTRAINT outbox_bench_one CHECK (
-              effect ~ '^[a-z][a-z0-9-]{0,31}\$' AND status IN ('pending', 'delivered', 'failed', 'dead')
-              AND (status = 'pending') = (settled_at IS NULL))"
+    onechk) if ((apply)); then PSQL idemkey -c "ALTER TABLE outbox $OB_DROP, ADD CONSTRAINT outbox_bench_one CHECK ($OB_ONE)"
             else PSQL idemkey -c "ALTER TABLE outbox DROP CONSTRAINT outbox_bench_one, $OB_ADD"; fi ;;
     obtrig) if ((apply)); then PSQL idemkey -c "ALTER TABLE outbox $OB_DROP" -c "$OB_TRIGGER"
             else PSQL idemkey -c 'DROP TRIGGER outbox_valid_bench ON outbox' \
