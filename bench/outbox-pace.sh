@@ -11,12 +11,17 @@
 #              is pending (given up after DRAIN_MAX)
 # Each worker figure is measured for BEFORE_BIN's worker and BIN's (the memory sink and the
 # simulator are always BIN's: the baseline has no --memory).
+# SPLIT=1 gives the provider a core of its own, as if it ran on another machine: the simulator,
+# the memory sink and a second cluster holding the provider's database on CPU 1; the order
+# service's cluster, its server, the worker and wrk on CPU 0. On one shared pair of cores the
+# worker and the order database take their CPU from the simulator, so "worker rate / provider
+# capacity" measures the box; split, it measures whether the worker keeps the provider busy.
 #   bench/outbox-pace.sh [ORDER_SECONDS=8] [MIX_SECONDS=60]
 # Env: BIN (idemkey-server), BEFORE_BIN (the baseline; empty: skip it), PG (idemkey-pg), W (work
 # dir), NICE (e.g. -20: every process at that priority), DRAIN_MAX (s, 120), SKIP_MIX=1,
 # MIX_TARGETS ("sim": the mixed runs' providers, any of "sink sim"),
 # MESSAGES (15000: the worker rounds' messages, topped up from the orders'), AFTER_FLAGS (more
-# flags for BIN's worker, e.g. "--outbox-batch 64 --outbox-concurrency 128").
+# flags for BIN's worker, e.g. "--outbox-batch 64 --outbox-concurrency 128"), SPLIT (0).
 # Starts and stops only its own processes, by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,12 +35,19 @@ SECRET=outbox-bench-secret
 # A command run in the background through nice (which execs it), never through a shell function:
 # $! must be the process's own PID.
 PRIO=(); [ "$NICE" != 0 ] && PRIO=(nice -n "$NICE")
-RUN() { "${PRIO[@]}" "$@"; }
+# ON_SHOP / ON_PROV: the order service's side and the provider's (each a core of its own with SPLIT=1).
+ON_SHOP=("${PRIO[@]}") ON_PROV=("${PRIO[@]}") SPLIT=${SPLIT:-0}
+if [ "$SPLIT" = 1 ]; then
+  [ "$(nproc)" -ge 2 ] || { echo "SPLIT=1 needs two cores" >&2; exit 1; }
+  ON_SHOP+=(taskset -c 0) ON_PROV+=(taskset -c 1)
+fi
+RUN() { "${ON_SHOP[@]}" "$@"; }
 rm -rf "$W"; mkdir -p "$W"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   "$PG" stop "$W/pg" >/dev/null 2>&1 || true
+  "$PG" stop "$W/pg-provider" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 log() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
@@ -45,21 +57,23 @@ wait_http() { # URL
 }
 now() { date +%s.%N; }
 psql_to() { psql "$1" -X -q -tA -v ON_ERROR_STOP=1 -c "$2"; }
-log "box: $(uptime)"
+log "box: $(uptime) split=$SPLIT"
 
+# The clusters' server processes inherit the CPU affinity of the command that starts them.
 SHOP=$(RUN "$PG" start "$W/pg" --db shop | sed -n 's/^DATABASE_URL=//p')
-PROVIDER=$(RUN "$PG" start "$W/pg" --db provider | sed -n 's/^DATABASE_URL=//p')
+PROV_PG=$W/pg; [ "$SPLIT" = 1 ] && PROV_PG=$W/pg-provider
+PROVIDER=$("${ON_PROV[@]}" "$PG" start "$PROV_PG" --db provider | sed -n 's/^DATABASE_URL=//p')
 TOKEN=$("$BIN" account create bench --database-url "$SHOP" 2>/dev/null | tail -1)
 SIM=http://127.0.0.1:47001 SINK=http://127.0.0.1:47002
-"${PRIO[@]}" "$BIN" provider --bind 127.0.0.1:47001 --database-url "$PROVIDER" --token "$SECRET" \
+"${ON_PROV[@]}" "$BIN" provider --bind 127.0.0.1:47001 --database-url "$PROVIDER" --token "$SECRET" \
   >"$W/provider.log" 2>&1 & pids+=($!)
-"${PRIO[@]}" "$BIN" serve --bind 127.0.0.1:47000 --database-url "$SHOP" --outbox-workers 0 \
+"${ON_SHOP[@]}" "$BIN" serve --bind 127.0.0.1:47000 --database-url "$SHOP" --outbox-workers 0 \
   >"$W/serve.log" 2>&1 & pids+=($!)
 wait_http $SIM/charges; wait_http http://127.0.0.1:47000/healthz
 sink_pid=
 start_sink() { # a fresh memory sink (nothing remembered from the round before)
   [ -n "$sink_pid" ] && { kill "$sink_pid"; wait "$sink_pid" 2>/dev/null || true; }
-  "${PRIO[@]}" "$BIN" provider --memory --bind 127.0.0.1:47002 --token "$SECRET" >"$W/sink.log" 2>&1 &
+  "${ON_PROV[@]}" "$BIN" provider --memory --bind 127.0.0.1:47002 --token "$SECRET" >"$W/sink.log" 2>&1 &
   sink_pid=$!; pids+=("$sink_pid"); wait_http $SINK/charges
 }
 orders() { # SECONDS OUT: wrk orders at c16
@@ -102,7 +116,7 @@ round() { # LABEL BIN TARGET(sink|sim)
   else psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records CASCADE" >/dev/null; url=$SIM; fi
   start=$(now)
   local flags=(); [ "$label" = after ] && read -ra flags <<<"${AFTER_FLAGS:-}"
-  "${PRIO[@]}" "$bin" worker --database-url "$SHOP" --payments-url "$url" --payments-token "$SECRET" \
+  "${ON_SHOP[@]}" "$bin" worker --database-url "$SHOP" --payments-url "$url" --payments-token "$SECRET" \
     "${flags[@]}" >"$W/worker-$label-$target.log" 2>&1 &
   wpid=$!; pids+=("$wpid")
   until [ "$(psql_to "$SHOP" "SELECT count(*) FROM outbox WHERE status = 'delivered'")" = "$N" ]; do
@@ -128,7 +142,7 @@ mixed() { # LABEL BIN TARGET(sink|sim)
   else psql_to "$PROVIDER" "TRUNCATE provider_charges, idempotency_records CASCADE" >/dev/null; url=$SIM; fi
   psql_to "$SHOP" "DELETE FROM outbox" >/dev/null
   local flags=(); [ "$label" = after ] && read -ra flags <<<"${AFTER_FLAGS:-}"
-  "${PRIO[@]}" "$bin" worker --database-url "$SHOP" --payments-url "$url" --payments-token "$SECRET" \
+  "${ON_SHOP[@]}" "$bin" worker --database-url "$SHOP" --payments-url "$url" --payments-token "$SECRET" \
     "${flags[@]}" >"$W/worker-mixed-$label-$target.log" 2>&1 &
   wpid=$!; pids+=("$wpid")
   rate=$(orders "$MIX_SECS" "$W/mixed-$label-$target.txt")

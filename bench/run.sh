@@ -25,7 +25,8 @@
 #      (LARGE_TABLE=1: the order route at LARGE_ROWS preloaded records, and the trim at that size),
 #      bench/partition-guard.sh (PARTITION_GUARD=1: a claim kept exact over time partitions) and
 #      bench/outbox-pace.sh (OUTBOX_PACE=1: the delivery worker against the order rate and the
-#      provider, PACE_MIX s of mixed load), bench/payments.sh (PAYMENTS=1: new orders with and
+#      provider, PACE_MIX s of mixed load; twice: on the shared cores, and with the provider on a
+#      core of its own, SPLIT=1), bench/payments.sh (PAYMENTS=1: new orders with and
 #      without payments on both stores, this tree built a second time without them, PAYMENTS_ROUNDS
 #      alternating rounds) and bench/sqlite-trim.sh (SQLITE_TRIM=1: SQLite's trim at LARGE_ROWS / 10
 #      rows);
@@ -444,6 +445,10 @@ if [ "$OUTBOX_PACE" = 1 ]; then
   BIN=$SERVER BEFORE_BIN='' W=$W/outbox-pace MIX_TARGETS="sink sim" DRAIN_MAX=30 \
     "$BENCH/outbox-pace.sh" "$((SUB_DUR < 8 ? SUB_DUR : 8))" "$PACE_MIX" >"$OUT/outbox-pace.txt" 2>"$OUT/logs/outbox-pace.log" \
     || { log "outbox-pace.sh failed:"; tail -5 "$OUT/logs/outbox-pace.log" >&2; }
+  log "the same with the provider on a core of its own (SPLIT=1)"
+  SPLIT=1 BIN=$SERVER BEFORE_BIN='' W=$W/outbox-pace MIX_TARGETS=sim DRAIN_MAX=30 \
+    "$BENCH/outbox-pace.sh" "$((SUB_DUR < 8 ? SUB_DUR : 8))" "$PACE_MIX" >"$OUT/outbox-pace-split.txt" 2>"$OUT/logs/outbox-pace-split.log" \
+    || { log "outbox-pace.sh SPLIT=1 failed:"; tail -5 "$OUT/logs/outbox-pace-split.log" >&2; }
 fi
 
 if [ "$PAYMENTS" = 1 ]; then
@@ -469,9 +474,11 @@ fi
 for part in large-table/large-table.md partition-guard/partition-guard.md sqlite-trim/sqlite-trim.md payments/payments.md; do
   if [ -s "$OUT/$part" ]; then { echo; sed 's/^# /## /' "$OUT/$part"; } >>"$OUT/summary.md"; fi
 done
-if [ -s "$OUT/outbox-pace.txt" ]; then
-  { echo; echo "## The outbox's pace (bench/outbox-pace.sh, one RESULT line per figure)"; echo; echo '```'
-    grep '^RESULT' "$OUT/outbox-pace.txt"; echo '```'; } >>"$OUT/summary.md"
-fi
+for pace in outbox-pace outbox-pace-split; do
+  if [ -s "$OUT/$pace.txt" ]; then
+    { echo; echo "## The outbox's pace (bench/outbox-pace.sh$([ $pace = outbox-pace-split ] && echo ' SPLIT=1: the provider on a core of its own'), one RESULT line per figure)"
+      echo; echo '```'; grep '^RESULT' "$OUT/$pace.txt"; echo '```'; } >>"$OUT/summary.md"
+  fi
+done
 log "done: $OUT"
 cat "$OUT/summary.md"
