@@ -7,15 +7,20 @@
 #[path = "../../fuzz/bodies.rs"]
 mod bodies;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+// The package's directory as the test runner sets it when the test runs, not
+// as it was when the binary was built: a build directory shared by two checkouts
+// can hand this one a test binary another checkout compiled.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
 
 /// The files of `fuzz/KIND/TARGET/` (`.gitkeep` aside); panics when the
 /// directory is missing.
 fn inputs(kind: &str, target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz")
-        .join(kind)
-        .join(target);
+    let dir = manifest_dir().join("../fuzz").join(kind).join(target);
     let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let mut files: Vec<(PathBuf, Vec<u8>)> = entries
         .map(|e| e.unwrap())

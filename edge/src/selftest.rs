@@ -224,7 +224,12 @@ mod tests {
     use super::*;
 
     fn read(name: &str) -> Value {
-        let path = format!("{}/../core/vectors/{name}", env!("CARGO_MANIFEST_DIR"));
+        // The package's directory as the test runner sets it when the test runs, not
+        // as it was when the binary was built: a build directory shared by two checkouts
+        // can hand this one a test binary another checkout compiled.
+        let dir = std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
+        let path = format!("{dir}/../core/vectors/{name}");
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 

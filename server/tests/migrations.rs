@@ -16,10 +16,12 @@ use common::{Backend, Env};
 const ACCOUNT: &str = "3f0e8a64-9b2c-4c1e-8d8e-2a4f6c1b9d70";
 
 fn migration(backend: &str, file: &str) -> String {
-    let path = format!(
-        "{}/src/db/{backend}/migrations/legacy/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    // The package's directory as the test runner sets it when the test runs, not
+    // as it was when the binary was built: a build directory shared by two checkouts
+    // can hand this one a test binary another checkout compiled.
+    let dir = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
+    let path = format!("{dir}/src/db/{backend}/migrations/legacy/{file}");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
