@@ -94,6 +94,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("retry: {}", show(send().await?)); // 200: every output, each step run once
     let effects = provider.lock().map(|p| p.len()).unwrap_or(0);
     assert_eq!(effects, 2, "charged once, emailed once");
-    std::fs::remove_file(&path).ok();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.clone().into_os_string();
+        file.push(suffix);
+        std::fs::remove_file(file).ok();
+    }
     Ok(())
 }

@@ -92,6 +92,21 @@ struct Env {
     worker: Worker,
     down: Arc<Downstream>,
     _keep: Option<idemkey_testkit::Database>,
+    _file: Option<SqliteFile>,
+}
+
+/// A test's SQLite database, removed with its WAL and shared-memory files
+/// when the test ends.
+struct SqliteFile(std::path::PathBuf);
+
+impl Drop for SqliteFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = self.0.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 fn purchase(down: &Arc<Downstream>) -> Flow {
@@ -185,15 +200,19 @@ fn worker_settings(lease: Duration) -> WorkerSettings {
 }
 
 async fn env(backend: &str) -> Env {
-    let (url, keep) = if backend == "postgres" {
+    let (url, keep, file) = if backend == "postgres" {
         let database = PgCluster::shared()
             .expect("postgres")
             .fresh_database()
             .expect("database");
-        (database.url.clone(), Some(database))
+        (database.url.clone(), Some(database), None)
     } else {
         let path = std::env::temp_dir().join(format!("idemkey-flow-{}.db", uuid::Uuid::new_v4()));
-        (format!("sqlite://{}", path.display()), None)
+        (
+            format!("sqlite://{}", path.display()),
+            None,
+            Some(SqliteFile(path)),
+        )
     };
     let db = Db::open(&url, &StoreSettings::default())
         .await
@@ -211,6 +230,7 @@ async fn env(backend: &str) -> Env {
         worker,
         down,
         _keep: keep,
+        _file: file,
     }
 }
 

@@ -344,10 +344,22 @@ impl Drop for RedisNode {
             let _ = fs::remove_dir_all(&self.dir);
             return;
         }
-        // The cluster's nodes share a directory; the last one removes it.
+        // The cluster's nodes share a directory; the last one (no other
+        // node's log left) removes it with what Redis wrote there besides
+        // (a replica's copy of its master's data, `dump.rdb`).
         let _ = fs::remove_file(self.dir.join(format!("redis-{}.log", self.port)));
         let _ = fs::remove_file(self.dir.join(format!("nodes-{}.conf", self.port)));
-        let _ = fs::remove_dir(&self.dir);
+        let another_node = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries.flatten().any(|entry| {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with("redis-") && name.ends_with(".log")
+            }),
+            Err(_) => true,
+        };
+        if !another_node {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
