@@ -36,7 +36,8 @@
 #
 # Output: OUT/large-table.md (the command, sizes, both tables, also printed), OUT/runs.tsv,
 # OUT/trim.tsv, OUT/logs/. Knobs: ROWS (20000000), ACCOUNTS (1000), ROUNDS (3), DUR (10), WARM (2),
-# CONNS (16), BACKLOG (500000), TRIM_BATCHES ("500 5000"), TRIM_SECS (20), SERVER (a prebuilt
+# CONNS (16), BACKLOG (500000), TRIM_BATCHES ("500 5000"), TRIM_SECS (20), TRIM_SQL (a variant of
+# the trim statement to measure; lib.sh), SERVER (a prebuilt
 # idemkey-server; else built here), NICE (0), QUIET_MAX (20), QUIET_PCT (15), PGPORT (55469),
 # PORT (38180), OUT (bench/results/large-<UTC stamp>/), KEEP (1: leave the cluster running and
 # print how to reach it). Needs about 1 GB of disk per million rows.
@@ -47,7 +48,7 @@ ROOT=$(cd "$BENCH/.." && pwd)
 PEERDIR=${PEERDIR:-$(cd "$ROOT/.." && pwd)/shared/peers/seed-node-lab}
 
 CMDLINE=
-for v in ROWS ACCOUNTS ROUNDS DUR WARM CONNS BACKLOG TRIM_BATCHES TRIM_SECS SERVER NICE QUIET_MAX PGPORT PORT OUT; do
+for v in ROWS ACCOUNTS ROUNDS DUR WARM CONNS BACKLOG TRIM_BATCHES TRIM_SECS TRIM_SQL SERVER NICE QUIET_MAX PGPORT PORT OUT; do
   [ -n "${!v+x}" ] && CMDLINE+="$v=$(printf %q "${!v}") "
 done
 CMDLINE+=$(printf '%q ' "$0" "$@"); CMDLINE=${CMDLINE% }

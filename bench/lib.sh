@@ -51,9 +51,10 @@ refuse_busy_ports() { local p; for p in "$@"; do
   port_busy "$p" && { echo "port $p is in use: set PGPORT / PORT" >&2; exit 2; }; done; return 0; }
 
 # pgbench_trim_script RETENTION_MS BATCH: the library's PostgreSQL trim statement (what
-# maintenance::trim_round sends) as a one-line pgbench script, its two parameters written in.
+# maintenance::trim_round sends; TRIM_SQL: a variant of it to measure instead) as a one-line
+# pgbench script, its two parameters written in.
 pgbench_trim_script() {
-  grep -v '^--' "$ROOT/idemkey/src/store/postgres/sql/trim.sql" | sed -e "s/\\\$1/$1/g" -e "s/\\\$2/$2/g" | tr '\n' ' '
+  grep -v '^--' "${TRIM_SQL:-$ROOT/idemkey/src/store/postgres/sql/trim.sql}" | sed -e "s/\\\$1/$1/g" -e "s/\\\$2/$2/g" | tr '\n' ' '
   echo ';'
 }
 
