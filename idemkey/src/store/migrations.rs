@@ -77,55 +77,41 @@ impl Known {
     }
 }
 
+/// A backend's later migrations of one component, `(name, statements)` in
+/// version order from 2: what a version changes differs by backend.
+pub(crate) type Later = &'static [(&'static str, &'static str)];
+
 /// The library's own migrations, given a backend's statements for each
-/// (the records' in order, the first one required; the outbox's, in order,
-/// only with the `outbox` feature).
+/// component's first version and its later ones (the outbox's only with
+/// the `outbox` feature, the steps' only with `flow`).
 pub(crate) fn library(
-    records: &[&'static str],
-    outbox: [&'static str; 2],
+    records: (&'static str, Later),
+    outbox: (&'static str, Later),
     steps: &'static str,
 ) -> Vec<Migration> {
     let mut list = vec![Migration {
         component: "records",
         version: 1,
         name: "records",
-        sql: records[0],
+        sql: records.0,
         adopt: Some(Adopt {
             table: "idempotency_records",
             column: "claim",
         }),
     }];
-    const LATER: [&str; 2] = [
-        "maintenance index a completion leaves alone",
-        "invariants in a trigger",
-    ];
-    for (version, (&sql, name)) in (2..).zip(records.iter().skip(1).zip(LATER)) {
-        list.push(Migration {
-            component: "records",
-            version,
-            name,
-            sql,
-            adopt: None,
-        });
-    }
+    list.extend(later("records", records.1));
     if cfg!(feature = "outbox") {
         list.push(Migration {
             component: "outbox",
             version: 1,
             name: "outbox",
-            sql: outbox[0],
+            sql: outbox.0,
             adopt: Some(Adopt {
                 table: "outbox",
                 column: "downstream_key",
             }),
         });
-        list.push(Migration {
-            component: "outbox",
-            version: 2,
-            name: "flow-step index",
-            sql: outbox[1],
-            adopt: None,
-        });
+        list.extend(later("outbox", outbox.1));
     }
     if cfg!(feature = "flow") {
         list.push(Migration {
@@ -137,4 +123,17 @@ pub(crate) fn library(
         });
     }
     list
+}
+
+/// `component`'s versions 2, 3, ... from `list`.
+fn later(component: &'static str, list: Later) -> impl Iterator<Item = Migration> {
+    (2..)
+        .zip(list)
+        .map(move |(version, &(name, sql))| Migration {
+            component,
+            version,
+            name,
+            sql,
+            adopt: None,
+        })
 }

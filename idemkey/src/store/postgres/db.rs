@@ -96,15 +96,26 @@ impl PgDb {
     /// `migrate_with`, so one transaction applies all or none.
     pub fn library_migrations() -> Vec<Migration> {
         migrations::library(
-            &[
+            (
                 include_str!("migrations/records_0001.sql"),
-                include_str!("migrations/records_0002.sql"),
-                include_str!("migrations/records_0003.sql"),
-            ],
-            [
+                &[
+                    (
+                        "maintenance index a completion leaves alone",
+                        include_str!("migrations/records_0002.sql"),
+                    ),
+                    (
+                        "invariants in a trigger",
+                        include_str!("migrations/records_0003.sql"),
+                    ),
+                ],
+            ),
+            (
                 include_str!("migrations/outbox_0001.sql"),
-                include_str!("migrations/outbox_0002.sql"),
-            ],
+                &[(
+                    "flow-step index",
+                    include_str!("migrations/outbox_0002.sql"),
+                )],
+            ),
             include_str!("migrations/steps_0001.sql"),
         )
     }

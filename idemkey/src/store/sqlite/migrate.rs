@@ -132,3 +132,90 @@ fn adoptable(
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SqliteDb;
+
+    /// Whether SQLite's program for `sql` fills a temporary table (what an
+    /// `IN` list of three or more constants costs each run).
+    fn fills_a_temporary_table(conn: &Connection, sql: &str) -> bool {
+        let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).expect("explain");
+        let ops: Vec<String> = stmt
+            .query_map([], |row| row.get(1))
+            .expect("program")
+            .collect::<Result<_, _>>()
+            .expect("opcodes");
+        ops.iter().any(|op| op == "OpenEphemeral")
+    }
+
+    const RECORD: &str = "INSERT INTO idempotency_records
+        (scope, operation, key, fingerprint, claim, status, response_status, response_headers,
+         response_body, created_at, replay_until)
+        VALUES ('acct', 'POST /orders:v1', 'k1', zeroblob(32), zeroblob(16), 'completed', 201,
+                '[]', X'7B7D', 1, 2)";
+    const MESSAGE: &str = "INSERT INTO outbox
+        (id, scope, operation, key, effect, resource_id, payload, available_at, created_at)
+        VALUES (7, 'acct', 'POST /orders:v1', 'k1', 'charge', 'order-1', '{}', 1, 1)";
+
+    /// A file of the first versions, with a record and a message, keeps
+    /// both (the message its id) through the status checks' rebuild, whose
+    /// tables still refuse an unknown status and whose inserts no longer
+    /// fill a temporary table.
+    #[test]
+    fn the_status_checks_rebuild_keeps_rows_and_refuses_unknown_status() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        let tables = Tables::default();
+        let all = SqliteDb::library_migrations();
+        let first: Vec<Migration> = all.iter().filter(|m| m.version == 1).copied().collect();
+        migrate_in(&mut conn, &tables, &first).expect("first versions");
+        assert!(fills_a_temporary_table(&conn, RECORD));
+        assert!(fills_a_temporary_table(&conn, MESSAGE));
+        conn.execute_batch(&format!("{RECORD}; {MESSAGE};"))
+            .expect("rows");
+
+        migrate_in(&mut conn, &tables, &all).expect("upgrade");
+        assert!(
+            pending_in(&conn, &tables, &all)
+                .expect("pending")
+                .is_empty()
+        );
+        let kept: (String, i64, Vec<u8>) = conn
+            .query_row(
+                "SELECT r.key, m.id, r.response_body FROM idempotency_records r
+                 JOIN outbox m ON m.key = r.key",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .expect("the record and its message");
+        assert_eq!(kept, ("k1".to_owned(), 7, b"{}".to_vec()));
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL
+                 AND tbl_name IN ('idempotency_records', 'outbox')",
+                [],
+                |row| row.get(0),
+            )
+            .expect("indexes");
+        assert_eq!(indexes, 6, "three partial indexes on each table");
+
+        let fresh = RECORD.replace("'k1'", "'k2'");
+        let message = MESSAGE.replace("(7,", "(8,");
+        assert!(!fills_a_temporary_table(&conn, &fresh));
+        assert!(!fills_a_temporary_table(&conn, &message));
+        for bad in [
+            fresh.replace("'completed'", "'done'"),
+            "UPDATE outbox SET status = 'lost' WHERE id = 7".to_owned(),
+        ] {
+            let err = conn.execute_batch(&bad).expect_err("an unknown status");
+            assert_eq!(
+                err.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::ConstraintViolation),
+                "{err}"
+            );
+        }
+        conn.execute_batch(&format!("{fresh}; {message};"))
+            .expect("known statuses");
+    }
+}

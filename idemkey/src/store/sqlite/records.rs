@@ -396,14 +396,7 @@ mod tests {
         super::super::migrate::migrate_in(
             &mut conn,
             &crate::store::Tables::default(),
-            &crate::store::migrations::library(
-                &[include_str!("migrations/records_0001.sql")],
-                [
-                    include_str!("migrations/outbox_0001.sql"),
-                    include_str!("migrations/outbox_0002.sql"),
-                ],
-                include_str!("migrations/steps_0001.sql"),
-            ),
+            &super::super::SqliteDb::library_migrations(),
         )
         .expect("migrate");
         let records = SqliteRecords::new(&conn);
