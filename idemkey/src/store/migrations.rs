@@ -87,7 +87,7 @@ pub(crate) type Later = &'static [(&'static str, &'static str)];
 pub(crate) fn library(
     records: (&'static str, Later),
     outbox: (&'static str, Later),
-    steps: &'static str,
+    steps: (&'static str, Later),
 ) -> Vec<Migration> {
     let mut list = vec![Migration {
         component: "records",
@@ -118,9 +118,10 @@ pub(crate) fn library(
             component: "steps",
             version: 1,
             name: "step journal",
-            sql: steps,
+            sql: steps.0,
             adopt: None,
         });
+        list.extend(later("steps", steps.1));
     }
     list
 }

@@ -116,7 +116,7 @@ impl PgDb {
                     include_str!("migrations/outbox_0002.sql"),
                 )],
             ),
-            include_str!("migrations/steps_0001.sql"),
+            (include_str!("migrations/steps_0001.sql"), &[]),
         )
     }
 

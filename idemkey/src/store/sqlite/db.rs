@@ -164,7 +164,13 @@ impl SqliteDb {
                     ),
                 ],
             ),
-            include_str!("migrations/steps_0001.sql"),
+            (
+                include_str!("migrations/steps_0001.sql"),
+                &[(
+                    "state checks without an IN list",
+                    include_str!("migrations/steps_0002.sql"),
+                )],
+            ),
         )
     }
 

@@ -159,20 +159,33 @@ mod tests {
         (id, scope, operation, key, effect, resource_id, payload, available_at, created_at)
         VALUES (7, 'acct', 'POST /orders:v1', 'k1', 'charge', 'order-1', '{}', 1, 1)";
 
-    /// A file of the first versions, with a record and a message, keeps
-    /// both (the message its id) through the status checks' rebuild, whose
-    /// tables still refuse an unknown status and whose inserts no longer
-    /// fill a temporary table.
+    const FLOW: &str = "INSERT INTO idemkey_flows
+        (id, scope, operation, key, flow, state, position, input, created_at, updated_at)
+        VALUES ('f1', 'acct', 'POST /purchases:v1', 'k1', 'purchase', 'running', 1, '{}', 1, 1)";
+    const STEP: &str = "INSERT INTO idemkey_steps
+        (scope, flow_id, idx, name, state, output, recorded_at)
+        VALUES ('acct', 'f1', 0, 'reserve', 'done', '{}', 1)";
+
+    /// A file of the first versions, with a record, a message and a flow
+    /// with a step, keeps them all (the message its id) through the status
+    /// checks' rebuild, whose tables still refuse an unknown status (and a
+    /// step cascades with its flow) and whose inserts no longer fill a
+    /// temporary table.
     #[test]
     fn the_status_checks_rebuild_keeps_rows_and_refuses_unknown_status() {
         let mut conn = Connection::open_in_memory().expect("open");
+        // As every store's connection (`connection.rs`): the rebuild must
+        // not cascade.
+        conn.execute_batch("PRAGMA foreign_keys = ON")
+            .expect("pragma");
         let tables = Tables::default();
         let all = SqliteDb::library_migrations();
         let first: Vec<Migration> = all.iter().filter(|m| m.version == 1).copied().collect();
         migrate_in(&mut conn, &tables, &first).expect("first versions");
-        assert!(fills_a_temporary_table(&conn, RECORD));
-        assert!(fills_a_temporary_table(&conn, MESSAGE));
-        conn.execute_batch(&format!("{RECORD}; {MESSAGE};"))
+        for insert in [RECORD, MESSAGE, FLOW, STEP] {
+            assert!(fills_a_temporary_table(&conn, insert), "{insert}");
+        }
+        conn.execute_batch(&format!("{RECORD}; {MESSAGE}; {FLOW}; {STEP};"))
             .expect("rows");
 
         migrate_in(&mut conn, &tables, &all).expect("upgrade");
@@ -190,23 +203,38 @@ mod tests {
             )
             .expect("the record and its message");
         assert_eq!(kept, ("k1".to_owned(), 7, b"{}".to_vec()));
+        let step: String = conn
+            .query_row(
+                "SELECT f.flow || '/' || s.name FROM idemkey_flows f
+                 JOIN idemkey_steps s ON s.scope = f.scope AND s.flow_id = f.id",
+                [],
+                |row| row.get(0),
+            )
+            .expect("the flow and its step");
+        assert_eq!(step, "purchase/reserve");
         let indexes: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL
-                 AND tbl_name IN ('idempotency_records', 'outbox')",
+                 AND tbl_name IN ('idempotency_records', 'outbox', 'idemkey_flows')",
                 [],
                 |row| row.get(0),
             )
             .expect("indexes");
-        assert_eq!(indexes, 6, "three partial indexes on each table");
+        assert_eq!(indexes, 9, "three indexes on each table");
 
         let fresh = RECORD.replace("'k1'", "'k2'");
         let message = MESSAGE.replace("(7,", "(8,");
-        assert!(!fills_a_temporary_table(&conn, &fresh));
-        assert!(!fills_a_temporary_table(&conn, &message));
+        let flow = FLOW.replace("'f1'", "'f2'");
+        let step = STEP.replace("'f1'", "'f2'");
+        for insert in [&fresh, &message, &flow, &step] {
+            assert!(!fills_a_temporary_table(&conn, insert), "{insert}");
+        }
         for bad in [
             fresh.replace("'completed'", "'done'"),
             "UPDATE outbox SET status = 'lost' WHERE id = 7".to_owned(),
+            "UPDATE idemkey_flows SET state = 'paused' WHERE id = 'f1'".to_owned(),
+            "UPDATE idemkey_steps SET state = 'skipped' WHERE flow_id = 'f1'".to_owned(),
+            STEP.replace("'f1', 0", "'no-such-flow', 0"),
         ] {
             let err = conn.execute_batch(&bad).expect_err("an unknown status");
             assert_eq!(
@@ -215,7 +243,14 @@ mod tests {
                 "{err}"
             );
         }
-        conn.execute_batch(&format!("{fresh}; {message};"))
+        conn.execute_batch(&format!("{fresh}; {message}; {flow}; {step};"))
             .expect("known statuses");
+        // The step still belongs to its flow: it goes with it.
+        conn.execute_batch("DELETE FROM idemkey_flows WHERE id = 'f1'")
+            .expect("delete a flow");
+        let steps: i64 = conn
+            .query_row("SELECT count(*) FROM idemkey_steps", [], |row| row.get(0))
+            .expect("steps");
+        assert_eq!(steps, 1, "only the second flow's step is left");
     }
 }
