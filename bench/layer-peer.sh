@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15, item 5: what idempotency costs per request, one echo handler served bare, behind
+# What idempotency costs per request, one echo handler served bare, behind
 # idemkey's tower Layer (SQLite, PostgreSQL, Redis), through idemkey's in-transaction API (SQLite,
 # PostgreSQL), and behind axum-idempotent (the axum middleware a Rust user would pick instead, set
 # up as its README shows, on ruts' in-process moka store and on its PostgreSQL store).

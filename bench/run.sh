@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh: the one benchmark command (issue 8). In one run on this machine:
+# bench/run.sh: the one benchmark command. In one run on this machine:
 #   1. builds idemkey-server (release), the core's criterion benches and the article's Node lab
 #      (../shared/peers/seed-node-lab/build-lab.sh, outside the repo, under $W);
 #   2. starts ONE throwaway PostgreSQL 15 cluster with the peer harness's start-pg.sh: initdb
