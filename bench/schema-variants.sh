@@ -28,7 +28,8 @@
 # ROUNDS rounds, the variants in the given order each round. Output: OUT/variants.tsv (round,
 # workload, variant, tps) and OUT/variants.md (per variant, tps per round and the ratio to the
 # round's first variant, with its median).
-# Knobs: ROUNDS (4), DUR (10), CONNS (16), BIN (release idemkey-server), PGPORT (55491), NICE (0),
+# Knobs: ROUNDS (4), DUR (10), TXNS (unset; transactions per connection instead of DUR s: a check
+# that every variant runs, not a measure), CONNS (16), BIN (release idemkey-server), PGPORT (55491), NICE (0),
 # OUT (bench/results/schema-<workload>-<UTC stamp>/).
 set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,7 +39,9 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}
 WORKLOAD=${1:?usage: bench/schema-variants.sh order|layer \"VARIANT...\"}
 VARIANTS=${2:-base}
 case $WORKLOAD in order | layer) ;; *) echo "workload: order or layer" >&2; exit 2 ;; esac
-ROUNDS=${ROUNDS:-4} DUR=${DUR:-10} CONNS=${CONNS:-16}
+ROUNDS=${ROUNDS:-4} DUR=${DUR:-10} CONNS=${CONNS:-16} TXNS=${TXNS:-}
+LENGTH=(-T "$DUR") LENGTH_TEXT="$DUR s"
+if [ -n "$TXNS" ]; then LENGTH=(-t "$TXNS") LENGTH_TEXT="$TXNS transactions per connection"; fi
 BIN=${BIN:-$CARGO_TARGET_DIR/release/idemkey-server}
 PGPORT=${PGPORT:-55491}
 OUT=${OUT:-$BENCH/results/schema-$WORKLOAD-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -168,14 +171,14 @@ for r in $(seq 1 "$ROUNDS"); do
     fi
     txt=$W/$r-$v.txt
     RUN_NICE "$PGBIN/pgbench" -h 127.0.0.1 -p "$PGPORT" -U postgres -n -M prepared -c "$CONNS" -j 2 \
-      -T "$DUR" "${vars[@]}" -f "$script" idemkey >"$txt" 2>&1 || true
+      "${LENGTH[@]}" "${vars[@]}" -f "$script" idemkey >"$txt" 2>&1 || true
     tps=$(grep -oP 'tps = \K[0-9.]+' "$txt" || echo NA)
     [ "$tps" = NA ] && { echo "round $r $v failed:" >&2; tail -5 "$txt" >&2; }
     printf '%s\t%s\t%s\t%s\n' "$r" "$WORKLOAD" "$v" "$tps" | tee -a "$TSV" >&2
     for part in ${v//+/ }; do variant "$part" undo >/dev/null; done
   done
 done
-"$PY" - "$TSV" "$OUT/variants.md" "$WORKLOAD $DUR s x $ROUNDS rounds, c$CONNS, $(date -u +%FT%TZ), git $(git -C "$ROOT" rev-parse --short HEAD)" <<'PY'
+"$PY" - "$TSV" "$OUT/variants.md" "$WORKLOAD $LENGTH_TEXT x $ROUNDS rounds, c$CONNS, $(date -u +%FT%TZ), git $(git -C "$ROOT" rev-parse --short HEAD)" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter='\t'))
 order = list(dict.fromkeys(r['variant'] for r in rows))

@@ -898,7 +898,7 @@ async fn replay_on(store: &Store, bounds: &Bounds, walks: &[Walk]) -> Vec<String
     let mut divergences = Vec::new();
     let mut dbs: HashMap<Duration, Db> = HashMap::new();
     for (n, walk) in walks.iter().enumerate() {
-        let mut unit = Duration::from_millis(200);
+        let mut unit = Duration::from_millis(100);
         loop {
             let retention = Duration::from_millis(
                 u64::try_from(unit.as_millis()).expect("short") * u64::from(bounds.retention)
@@ -921,7 +921,10 @@ async fn replay_on(store: &Store, bounds: &Bounds, walks: &[Walk]) -> Vec<String
             };
             match replay_once(db, store, &connections, bounds, walk, unit).await {
                 Ok(()) => break,
-                Err(Stop::Overran) if unit < Duration::from_secs(6) => unit *= 2,
+                Err(Stop::Overran) if unit < Duration::from_secs(6) => {
+                    println!("{name}, walk {n}: overran a {unit:?} tick, replayed at twice that");
+                    unit *= 2;
+                }
                 Err(Stop::Overran) => panic!("{name}: walk {n} overran a {unit:?} tick"),
                 Err(Stop::Diverged(why)) => {
                     divergences.push(format!("{name}, walk {n}: {why}"));

@@ -6,7 +6,7 @@
 # guarded claim over two partitions, its check that a key claimed twice is
 # stored once, and a partition dropped; bench/sqlite-trim.sh over a backlog of
 # 2 x 500 rows; bench/schema-variants.sh with every variant of both
-# workloads for one second each. Checks that every part ran and that
+# workloads for 20 transactions per connection each. Checks that every part ran and that
 # every answer was the expected 201 or replayed 201: the figures of a debug
 # build on a busy box mean nothing, the commands working does. (The real
 # runs: docs/performance.md, "Twenty million records".)
@@ -57,7 +57,7 @@ for workload in order layer; do
         order) variants="base nopay small pkid nopk nodue lean nochk onechk obtrig checks none+pkid" ;;
         layer) variants="base checks none onecheck" ;;
     esac
-    OUT=$OUT/schema-$workload BIN=$SERVER PGPORT=55467 ROUNDS=1 DUR=1 \
+    OUT=$OUT/schema-$workload BIN=$SERVER PGPORT=55467 ROUNDS=1 TXNS=20 \
         bash bench/schema-variants.sh "$workload" "$variants" >"$OUT/schema-$workload.log" 2>&1 \
         || { tail -30 "$OUT/schema-$workload.log" >&2; fail "bench/schema-variants.sh $workload exited $?"; }
     measured=$(awk -F'\t' 'NR > 1 && $4 != "NA" && $4 > 0' "$OUT/schema-$workload/variants.tsv" | wc -l)
