@@ -7,7 +7,8 @@
 //! outer side and scanned its primary key without the leading column, for
 //! every order (quadratic in the table's size until autovacuum analyzed it
 //! again). The outbox worker's claim likewise probes the outbox's primary
-//! key once per message claimed, however many messages it holds.
+//! key once per message claimed, however many messages it holds, and the
+//! trim changes the rows it locked without looking each up again by its key.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,5 +220,62 @@ async fn the_outbox_claim_probes_each_message_by_its_key_whatever_the_backlog() 
     assert!(
         per_message < MAX_BLOCKS_PER_MESSAGE,
         "{per_message:.1} blocks of outbox_pkey per claimed message: the claim walks the key"
+    );
+}
+
+/// Due records of each kind the trim acts on: completed past their window
+/// (to tombstone) and tombstones past the retention (to delete).
+const DUE_EACH: usize = 2_000;
+/// Primary-key blocks the trim may touch per row it acts on. It finds each
+/// row by the address its lock holds, so only a tombstone's new index entry
+/// descends the key (3 blocks here) and a deletion touches no index; finding
+/// each row again by its key, once per kind of change, read 10.
+const MAX_KEY_BLOCKS_PER_TRIMMED_ROW: f64 = 5.0;
+
+#[tokio::test]
+async fn the_trim_changes_each_due_row_without_looking_up_its_key() {
+    let env = Env::new(common::Backend::Postgres);
+    let db = idemkey::Db::open(&env.url, &PgSettings::default())
+        .await
+        .expect("open");
+    let retention = Duration::from_secs(30 * 24 * 3600);
+    // Live rows around the due ones, so the key's tree has its levels.
+    env.sql(&format!(
+        "ALTER TABLE idempotency_records SET (autovacuum_enabled = off); \
+         INSERT INTO idempotency_records (scope, operation, key, fingerprint, claim, status, \
+           response_status, response_headers, response_body, created_at, replay_until, check_at) \
+         SELECT 's' || (g % 50), 'POST /orders:v1', 'k-' || g, sha256(g::text::bytea), \
+           gen_random_uuid(), \
+           CASE WHEN g <= {FILLER} THEN 'completed' WHEN g % 2 = 0 THEN 'completed' ELSE 'tombstone' END, \
+           CASE WHEN g <= {FILLER} OR g % 2 = 0 THEN 201 END, '[]', \
+           CASE WHEN g <= {FILLER} OR g % 2 = 0 THEN '\\x7b7d'::bytea END, \
+           CASE WHEN g <= {FILLER} THEN now() WHEN g % 2 = 0 THEN now() - interval '2 days' \
+             ELSE now() - interval '40 days' END, \
+           CASE WHEN g <= {FILLER} THEN now() + interval '1 day' WHEN g % 2 = 0 THEN now() - interval '1 day' \
+             ELSE now() - interval '39 days' END, \
+           CASE WHEN g <= {FILLER} THEN now() + interval '1 day' ELSE now() - interval '1 hour' END \
+         FROM generate_series(1, {total}) g; ANALYZE idempotency_records;",
+        total = FILLER + 2 * DUE_EACH
+    ));
+    let keys_before = blocks(&env, "idempotency_records_pkey");
+    let report = idemkey_server::maintenance::trim_round(&db, retention, 500, None)
+        .await
+        .expect("trim");
+    db.close();
+    sessions_ended(&env).await;
+    assert_eq!(
+        (report.trimmed, report.deleted, report.rescheduled),
+        (DUE_EACH as u64, DUE_EACH as u64, 0)
+    );
+    assert_eq!(
+        env.sql("SELECT count(*) FROM idempotency_records WHERE status = 'tombstone'"),
+        DUE_EACH.to_string()
+    );
+    let per_row =
+        (blocks(&env, "idempotency_records_pkey") - keys_before) as f64 / (2 * DUE_EACH) as f64;
+    eprintln!("idempotency_records_pkey blocks per trimmed row: {per_row:.1}");
+    assert!(
+        per_row < MAX_KEY_BLOCKS_PER_TRIMMED_ROW,
+        "{per_row:.1} blocks of idempotency_records_pkey per row: the trim looks each row up by its key"
     );
 }

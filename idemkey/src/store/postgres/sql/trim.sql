@@ -11,45 +11,48 @@
 --   end instead of the window's.
 -- The three cases are disjoint, so no row is written twice. SKIP LOCKED
 -- keeps the task out of the way of requests and of another instance's
--- task. $1 retention ms, $2 batch size.
+-- task. What to do with a row is decided once, on the version `due` locked,
+-- and the changes find that version by its physical address (`ctid`): the
+-- lock holds it in place until the transaction ends, so three walks of the
+-- primary key per row (one per case) are not needed. A version that a
+-- transaction committed after this statement's snapshot is not visible to
+-- the changes by its address, so it is left for the next batch, never
+-- changed on a stale reading. $1 retention ms, $2 batch size.
 WITH due AS (
-    SELECT scope, operation, key FROM idempotency_records
+    SELECT ctid AS tid,
+        CASE
+            WHEN (status = 'tombstone'
+                  AND created_at < statement_timestamp() - $1 * interval '1 millisecond')
+              OR (status = 'in_flight'
+                  AND lease_until < statement_timestamp() - $1 * interval '1 millisecond')
+                THEN 'delete'
+            WHEN status = 'completed' AND replay_until <= statement_timestamp() THEN 'trim'
+            ELSE 'reschedule' END AS action
+    FROM idempotency_records
     WHERE COALESCE(check_at, created_at) <= statement_timestamp()
     ORDER BY COALESCE(check_at, created_at)
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
-    DELETE FROM idempotency_records r
-    USING due d
-    WHERE r.scope = d.scope AND r.operation = d.operation AND r.key = d.key
-      AND ((r.status = 'tombstone'
-            AND r.created_at < statement_timestamp() - $1 * interval '1 millisecond')
-        OR (r.status = 'in_flight'
-            AND r.lease_until < statement_timestamp() - $1 * interval '1 millisecond'))
+    DELETE FROM idempotency_records
+    WHERE ctid = ANY (ARRAY(SELECT tid FROM due WHERE action = 'delete'))
     RETURNING 1
-), trimmed AS (
+), changed AS (
     UPDATE idempotency_records r
-    SET status = 'tombstone', response_status = NULL, response_headers = NULL, response_body = NULL,
-        check_at = r.created_at + $1 * interval '1 millisecond'
+    SET status = CASE WHEN d.action = 'trim' THEN 'tombstone' ELSE r.status END,
+        response_status = CASE WHEN d.action = 'trim' THEN NULL ELSE r.response_status END,
+        response_headers = CASE WHEN d.action = 'trim' THEN NULL ELSE r.response_headers END,
+        response_body = CASE WHEN d.action = 'trim' THEN NULL ELSE r.response_body END,
+        check_at = CASE
+            WHEN d.action = 'trim' OR r.status = 'tombstone'
+                THEN r.created_at + $1 * interval '1 millisecond'
+            WHEN r.status = 'completed' THEN r.replay_until
+            WHEN r.lease_until > statement_timestamp() THEN r.lease_until
+            ELSE r.lease_until + $1 * interval '1 millisecond' END
     FROM due d
-    WHERE r.scope = d.scope AND r.operation = d.operation AND r.key = d.key
-      AND r.status = 'completed' AND r.replay_until <= statement_timestamp()
-    RETURNING 1
-), rescheduled AS (
-    UPDATE idempotency_records r
-    SET check_at = CASE
-        WHEN r.status = 'completed' THEN r.replay_until
-        WHEN r.status = 'tombstone' THEN r.created_at + $1 * interval '1 millisecond'
-        WHEN r.lease_until > statement_timestamp() THEN r.lease_until
-        ELSE r.lease_until + $1 * interval '1 millisecond' END
-    FROM due d
-    WHERE r.scope = d.scope AND r.operation = d.operation AND r.key = d.key
-      AND NOT (r.status = 'completed' AND r.replay_until <= statement_timestamp())
-      AND NOT (r.status = 'tombstone'
-               AND r.created_at < statement_timestamp() - $1 * interval '1 millisecond')
-      AND NOT (r.status = 'in_flight'
-               AND r.lease_until < statement_timestamp() - $1 * interval '1 millisecond')
-    RETURNING 1
+    WHERE r.ctid = d.tid AND d.action <> 'delete'
+    RETURNING d.action
 )
-SELECT (SELECT count(*) FROM trimmed) AS trimmed, (SELECT count(*) FROM deleted) AS deleted,
-       (SELECT count(*) FROM rescheduled) AS rescheduled
+SELECT (SELECT count(*) FROM changed WHERE action = 'trim') AS trimmed,
+       (SELECT count(*) FROM deleted) AS deleted,
+       (SELECT count(*) FROM changed WHERE action = 'reschedule') AS rescheduled
