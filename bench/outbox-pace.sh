@@ -119,10 +119,12 @@ round() { # LABEL BIN TARGET(sink|sim)
   "${ON_SHOP[@]}" "$bin" worker --database-url "$SHOP" --payments-url "$url" --payments-token "$SECRET" \
     "${flags[@]}" >"$W/worker-$label-$target.log" 2>&1 &
   wpid=$!; pids+=("$wpid")
+  # Polled slowly: each poll is a new connection (a backend forked) and a count, CPU taken from
+  # the simulator on shared cores. The end is the last settlement's time, the same clock as `now`.
   until [ "$(psql_to "$SHOP" "SELECT count(*) FROM outbox WHERE status = 'delivered'")" = "$N" ]; do
-    sleep 0.05
+    sleep 0.5
   done
-  end=$(now)
+  end=$(psql_to "$SHOP" "SELECT extract(epoch FROM max(settled_at)) FROM outbox")
   kill "$wpid"; wait "$wpid" 2>/dev/null || true
   if [ "$target" = sim ]; then
     local charges; charges=$(psql_to "$PROVIDER" "SELECT count(*) FROM provider_charges")
