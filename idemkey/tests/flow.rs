@@ -1,8 +1,9 @@
 //! Operations of several steps on both SQL stores: one key, a local step
 //! (stock in the same database), two external ones (a downstream that
-//! deduplicates by key, as a provider does), retries that resume, lost
-//! answers looked up, a declined step undone, and a stale worker fenced
-//! out.
+//! holds each effect under its key for a lookup but applies every send it
+//! gets, so a resend without a lookup shows as a second effect), retries
+//! that resume, lost answers looked up, a declined step undone, and a
+//! stale worker fenced out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,37 +24,70 @@ use tokio::sync::Notify;
 
 const OPERATION: OperationId = OperationId::from_static("POST /purchases:v1");
 
-/// A downstream that deduplicates by `Idempotency-Key` (as a payment
-/// provider does): it applies an effect once per key, can lose its next
-/// answer after applying, refuse for good, or hold its next call.
+/// A downstream that applies every send it gets (it does not deduplicate
+/// by `Idempotency-Key`) and answers a lookup by key with the effect it
+/// holds: an attempt the library flags `maybe_sent` looks the key up
+/// first, so a lost answer is found again, while a resend without that
+/// flag is a second effect, counted. It can lose its next answer after
+/// applying, refuse for good, be down, or hold its next answer (after
+/// applying: a slow answer, not a late arrival).
 #[derive(Default)]
 struct Downstream {
-    applied: Mutex<HashMap<String, (String, Value)>>,
+    /// Every effect applied, in order: (key, `step:action`, output).
+    effects: Mutex<Vec<(String, String, Value)>>,
     calls: AtomicUsize,
+    /// Calls that looked their key up first (`maybe_sent`).
+    lookups: AtomicUsize,
+    /// Lookups that found the effect (an earlier attempt's).
+    found: AtomicUsize,
+    /// Sends under a key already applied without a lookup first: a
+    /// second effect of one step.
+    repeats: AtomicUsize,
     lose_next: AtomicBool,
     refuse: Mutex<Option<&'static str>>,
     hold: Mutex<Option<Arc<Notify>>>,
     down: AtomicBool,
 }
 
+/// What the downstream saw, for exact comparisons.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    calls: usize,
+    lookups: usize,
+    found: usize,
+    repeats: usize,
+}
+
 impl Downstream {
-    /// Effects applied for `step` (keys seen at most once by construction:
-    /// a second application under one key is what must never happen,
-    /// counted by `calls` against distinct keys).
+    /// Effects applied for `step` (`name:Action`), repeats included.
     fn applied(&self, step: &str) -> usize {
-        self.applied
+        self.effects
             .lock()
-            .values()
-            .filter(|(s, _)| s == step)
+            .iter()
+            .filter(|(_, s, _)| s == step)
             .count()
+    }
+
+    /// The output of the first effect applied for `step`.
+    fn output(&self, step: &str) -> Option<Value> {
+        self.effects
+            .lock()
+            .iter()
+            .find(|(_, s, _)| s == step)
+            .map(|(_, _, output)| output.clone())
+    }
+
+    fn seen(&self) -> Seen {
+        Seen {
+            calls: self.calls.load(Ordering::SeqCst),
+            lookups: self.lookups.load(Ordering::SeqCst),
+            found: self.found.load(Ordering::SeqCst),
+            repeats: self.repeats.load(Ordering::SeqCst),
+        }
     }
 
     async fn call(self: Arc<Self>, ctx: StepContext) -> Attempt {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        let gate = self.hold.lock().take();
-        if let Some(gate) = gate {
-            gate.notified().await;
-        }
         if self.down.load(Ordering::SeqCst) {
             return Attempt::Retry {
                 after: None,
@@ -62,23 +96,35 @@ impl Downstream {
         }
         let key = ctx.downstream_key().to_string();
         let name = format!("{}:{:?}", ctx.step, ctx.action);
-        if ctx.maybe_sent
-            && let Some((_, found)) = self.applied.lock().get(&key).cloned()
-        {
-            return Attempt::Done(found);
+        if ctx.maybe_sent {
+            self.lookups.fetch_add(1, Ordering::SeqCst);
+            let held = self
+                .effects
+                .lock()
+                .iter()
+                .find(|(k, _, _)| *k == key)
+                .map(|(_, _, output)| output.clone());
+            if let Some(found) = held {
+                self.found.fetch_add(1, Ordering::SeqCst);
+                return Attempt::Done(found);
+            }
         }
         if *self.refuse.lock() == Some(ctx.step) {
             return Attempt::Refused("declined".into());
         }
         let output = {
-            let mut applied = self.applied.lock();
-            let n = applied.len();
-            applied
-                .entry(key)
-                .or_insert_with(|| (name, json!({ "id": format!("{}-{n}", ctx.step) })))
-                .1
-                .clone()
+            let mut effects = self.effects.lock();
+            if effects.iter().any(|(k, _, _)| *k == key) {
+                self.repeats.fetch_add(1, Ordering::SeqCst);
+            }
+            let output = json!({ "id": format!("{}-{}", ctx.step, effects.len()) });
+            effects.push((key, name, output.clone()));
+            output
         };
+        let gate = self.hold.lock().take();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
         if self.lose_next.swap(false, Ordering::SeqCst) {
             return Attempt::Uncertain("the answer was lost".into());
         }
@@ -387,9 +433,32 @@ async fn lost_answer_is_looked_up(backend: &str) {
     drain(&env.worker).await;
     let (status, result) = body(&send(&env, "k-2", &input).await);
     assert_eq!(status, 200, "{result}");
-    // The charge's answer was lost once: sent twice, applied once.
-    assert_eq!(env.down.applied("charge:Run"), 1);
-    assert!(env.down.calls.load(Ordering::SeqCst) >= 3);
+    // The charge's answer was lost once: its second attempt (flagged
+    // `maybe_sent`) looked the key up and found the effect, so it was
+    // applied once; the confirmation's first attempt sent without a
+    // lookup. A second attempt sent blind would be a repeat (a second
+    // charge); a lookup on every attempt would be 3 lookups.
+    assert_eq!(
+        env.down.seen(),
+        Seen {
+            calls: 3,
+            lookups: 1,
+            found: 1,
+            repeats: 0
+        }
+    );
+    assert_eq!(
+        (
+            env.down.applied("charge:Run"),
+            env.down.applied("confirm:Run")
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        Some(&result["outputs"]["charge"]),
+        env.down.output("charge:Run").as_ref(),
+        "the answer found by the lookup is the one recorded"
+    );
 }
 
 async fn decline_undoes_the_reservation(backend: &str) {
@@ -465,10 +534,45 @@ async fn a_stale_worker_is_fenced_out(backend: &str) {
         "{:?}",
         metrics.snapshot()
     );
+    // A's send applied the charge and its answer hung; B's take-over
+    // (flagged `maybe_sent`) looked the key up and found it; B sent the
+    // confirmation. Nothing was sent twice.
+    assert_eq!(
+        env.down.seen(),
+        Seen {
+            calls: 3,
+            lookups: 1,
+            found: 1,
+            repeats: 0
+        }
+    );
     assert_eq!(env.down.applied("charge:Run"), 1);
+    assert_eq!(env.down.applied("confirm:Run"), 1);
     assert_eq!(stock(&env.db, "tea").await, 1);
-    let (status, _) = body(&send(&env, "k-5", &input).await);
+    // One row per step, the charge's recorded by B (its second claim),
+    // not by A's first one after it woke.
+    let (status, result) = body(&send(&env, "k-5", &input).await);
     assert_eq!(status, 200);
+    let id = uuid::Uuid::parse_str(result["id"].as_str().unwrap()).unwrap();
+    let view = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    let rows: Vec<(&str, &str, i32)> = view
+        .row
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.state.as_str(), s.attempts))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("reserve", "done", 1),
+            ("charge", "done", 2),
+            ("confirm", "done", 1)
+        ]
+    );
+    assert_eq!(
+        Some(&result["outputs"]["charge"]),
+        env.down.output("charge:Run").as_ref()
+    );
 }
 
 async fn a_dead_step_is_listed_and_retried_like_the_outbox(backend: &str) {
@@ -506,13 +610,22 @@ async fn ended_executions_are_trimmed_with_the_records(backend: &str) {
     let env = env(backend).await;
     let input = json!({ "sku": "none" });
     // Out of stock: ended in its first transaction.
-    let (status, _) = body(&send(&env, "k-8", &input).await);
-    assert_eq!(status, 409);
+    let (status, failed) = body(&send(&env, "k-8", &input).await);
+    assert_eq!(status, 409, "{failed}");
+    let ended = uuid::Uuid::parse_str(failed["id"].as_str().unwrap()).unwrap();
     let kept = env.db.trim(Duration::from_secs(3600), 100).await.unwrap();
     assert_eq!(kept.deleted, 0, "inside the retention: kept");
     tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        env.flows.poll("acct-1", ended).await.unwrap().is_some(),
+        "inside the retention: the execution is kept"
+    );
     let gone = env.db.trim(Duration::from_millis(1), 100).await.unwrap();
     assert!(gone.deleted >= 1, "{gone:?}");
+    assert!(
+        env.flows.poll("acct-1", ended).await.unwrap().is_none(),
+        "past the retention: the ended execution is trimmed with its record"
+    );
     let running = send(&env, "k-9", &json!({ "sku": "tea" })).await;
     assert_eq!(body(&running).0, 202);
     tokio::time::sleep(Duration::from_millis(20)).await;
