@@ -5,7 +5,7 @@
 //! that resume, lost answers looked up, a declined step undone, and a
 //! stale worker fenced out.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -29,8 +29,8 @@ const OPERATION: OperationId = OperationId::from_static("POST /purchases:v1");
 /// holds: an attempt the library flags `maybe_sent` looks the key up
 /// first, so a lost answer is found again, while a resend without that
 /// flag is a second effect, counted. It can lose its next answer after
-/// applying, refuse for good, be down, or hold its next answer (after
-/// applying: a slow answer, not a late arrival).
+/// applying, refuse for good, be down, or hold its next answers (after
+/// acting: slow answers, not late arrivals).
 #[derive(Default)]
 struct Downstream {
     /// Every effect applied, in order: (key, `step:action`, output).
@@ -45,7 +45,8 @@ struct Downstream {
     repeats: AtomicUsize,
     lose_next: AtomicBool,
     refuse: Mutex<Option<&'static str>>,
-    hold: Mutex<Option<Arc<Notify>>>,
+    /// Gates the next calls' answers wait for, one per call.
+    hold: Mutex<VecDeque<Arc<Notify>>>,
     down: AtomicBool,
 }
 
@@ -88,6 +89,16 @@ impl Downstream {
 
     async fn call(self: Arc<Self>, ctx: StepContext) -> Attempt {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        let attempt = self.answer(&ctx);
+        let gate = self.hold.lock().pop_front();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
+        attempt
+    }
+
+    /// What the downstream does with a call, and answers.
+    fn answer(&self, ctx: &StepContext) -> Attempt {
         if self.down.load(Ordering::SeqCst) {
             return Attempt::Retry {
                 after: None,
@@ -121,10 +132,6 @@ impl Downstream {
             effects.push((key, name, output.clone()));
             output
         };
-        let gate = self.hold.lock().take();
-        if let Some(gate) = gate {
-            gate.notified().await;
-        }
         if self.lose_next.swap(false, Ordering::SeqCst) {
             return Attempt::Uncertain("the answer was lost".into());
         }
@@ -504,27 +511,37 @@ async fn a_late_refusal_undoes_every_step_before_it_in_reverse(backend: &str) {
 
 async fn a_stale_worker_is_fenced_out(backend: &str) {
     let env = env(backend).await;
-    let gate = Arc::new(Notify::new());
-    *env.down.hold.lock() = Some(Arc::clone(&gate));
+    // The charge's two attempts hang with their answers: A's after it
+    // applied the charge, B's after its lookup found it.
+    let (gate_a, gate_b) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    env.down
+        .hold
+        .lock()
+        .extend([Arc::clone(&gate_a), Arc::clone(&gate_b)]);
     let input = json!({ "sku": "tea" });
-    send(&env, "k-5", &input).await;
-    // Worker A claims the charge for 200 ms and hangs in the call.
+    let (_, doc) = body(&send(&env, "k-5", &input).await);
+    let id = uuid::Uuid::parse_str(doc["id"].as_str().unwrap()).unwrap();
     let metrics = Arc::new(idemkey::outbox::OutboxMetrics::default());
-    let stale = env
-        .flows
-        .attach(Worker::new(
-            env.db.clone(),
-            worker_settings(Duration::from_millis(200)),
-        ))
-        .with_metrics(Arc::clone(&metrics));
+    let worker = |lease| {
+        env.flows
+            .attach(Worker::new(env.db.clone(), worker_settings(lease)))
+            .with_metrics(Arc::clone(&metrics))
+    };
+    // Worker A claims the charge for 200 ms and hangs in the call.
+    let stale = worker(Duration::from_millis(200));
     let a = tokio::spawn(async move { stale.run_once().await });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    // Its lease ended: worker B takes the step over and finishes.
-    drain(&env.worker).await;
-    let (status, _) = body(&send(&env, "k-5", &input).await);
-    assert_eq!(status, 200);
-    // A wakes up and tries to record: fenced, nothing recorded twice.
-    gate.notify_one();
+    // Its lease ended: worker B takes the charge over and hangs too.
+    let taker = worker(Duration::from_secs(30));
+    let b = tokio::spawn(async move { taker.run_once().await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env.down.calls.load(Ordering::SeqCst) < 2 {
+        assert!(std::time::Instant::now() < deadline, "B never called");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A wakes up while B holds the step and tries to record: fenced, so
+    // the charge is not recorded by A (nor the flow moved on).
+    gate_a.notify_one();
     a.await.expect("join").expect("worker A");
     assert!(
         metrics
@@ -534,9 +551,15 @@ async fn a_stale_worker_is_fenced_out(backend: &str) {
         "{:?}",
         metrics.snapshot()
     );
-    // A's send applied the charge and its answer hung; B's take-over
-    // (flagged `maybe_sent`) looked the key up and found it; B sent the
-    // confirmation. Nothing was sent twice.
+    let view = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    let names: Vec<&str> = view.row.steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["reserve"], "the fenced-out owner recorded a step");
+    // B records the charge; the confirmation follows.
+    gate_b.notify_one();
+    b.await.expect("join").expect("worker B");
+    drain(&env.worker).await;
+    // A's send applied the charge; B's take-over (flagged `maybe_sent`)
+    // looked the key up and found it; the confirmation was sent once.
     assert_eq!(
         env.down.seen(),
         Seen {
@@ -549,11 +572,9 @@ async fn a_stale_worker_is_fenced_out(backend: &str) {
     assert_eq!(env.down.applied("charge:Run"), 1);
     assert_eq!(env.down.applied("confirm:Run"), 1);
     assert_eq!(stock(&env.db, "tea").await, 1);
-    // One row per step, the charge's recorded by B (its second claim),
-    // not by A's first one after it woke.
+    // One row per step, the charge's recorded by B's claim (the second).
     let (status, result) = body(&send(&env, "k-5", &input).await);
-    assert_eq!(status, 200);
-    let id = uuid::Uuid::parse_str(result["id"].as_str().unwrap()).unwrap();
+    assert_eq!(status, 200, "{result}");
     let view = env.flows.poll("acct-1", id).await.unwrap().expect("view");
     let rows: Vec<(&str, &str, i32)> = view
         .row
