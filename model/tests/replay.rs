@@ -35,7 +35,7 @@ use idemkey::Db;
 use idemkey::store::{RedisSettings, StoreSettings};
 use idemkey_core::{Decision, ExpiryPolicy, KeyProfile, OperationId, Stored, UnixMillis};
 use idemkey_model::{
-    Action, Answer, Bounds, Mode, Phase, Protocol, Redo, Rejection, Row, State, Status, Walk,
+    ATTEMPTS, Action, Answer, Bounds, Mode, Phase, Protocol, Redo, Rejection, Row, State, Status, Walk,
     cover, fingerprint, transitions, walks,
 };
 use idemkey_server::idempotency::{
@@ -498,7 +498,7 @@ impl Replay<'_> {
     ) -> Result<(), Stop> {
         let next = after.servers[usize::from(server)];
         match before.servers[usize::from(server)] {
-            Phase::Claim { client, .. } => {
+            Phase::Claim { client, changes } => {
                 let payload = before.clients[usize::from(client)].payload;
                 let claim = self.new_claim(before.next_token, payload);
                 let claimed = self.db.claim(&self.key, &claim).await.expect("claim");
@@ -515,7 +515,7 @@ impl Replay<'_> {
                 self.on_time(&read, before.clock)?;
                 let policy = self.policy();
                 let step = idempotency::step(&read, &self.key, fingerprint(payload), &policy);
-                self.same_step(&step, next, context)?;
+                Self::same_step(&step, (client, changes), next, context)?;
                 if let Step::TakeOver(_, record) = step {
                     self.previous.insert(server, record);
                 }
@@ -674,7 +674,7 @@ impl Replay<'_> {
     ) -> Result<(), Stop> {
         let next = after.servers[usize::from(server)];
         match before.servers[usize::from(server)] {
-            Phase::Claim { client, .. } => {
+            Phase::Claim { client, changes } => {
                 if !self.sessions.contains_key(&server) {
                     let payload = before.clients[usize::from(client)].payload;
                     self.start_session(server, payload).await;
@@ -730,8 +730,15 @@ impl Replay<'_> {
         Ok(())
     }
 
-    /// The engine's `step` on the store's read is the model's next phase.
-    fn same_step(&self, step: &Step, next: Phase, context: &str) -> Result<(), Stop> {
+    /// The engine's `step` on the store's read is the model's next phase;
+    /// `(client, changes)` is the request that claimed and how many claims
+    /// found the row changed before this one.
+    fn same_step(
+        step: &Step,
+        (client, changes): (u8, u8),
+        next: Phase,
+        context: &str,
+    ) -> Result<(), Stop> {
         match (step, next) {
             (
                 Step::Answer(EngineAnswer::Replayed(response)),
@@ -771,7 +778,29 @@ impl Replay<'_> {
                     "{context}: the engine decided {decision:?}, the model {redo:?}"
                 );
             }
-            (Step::Claim, Phase::Claim { .. } | Phase::Respond { .. }) => {}
+            // The engine found nothing to decide on (the row changed
+            // under the claim): it claims again, and answers 503 (the
+            // key's record kept changing) once `ATTEMPTS` claims found
+            // it so. The model must have done the same, not answered.
+            (Step::Claim, next) => {
+                let expected = if changes + 1 < ATTEMPTS {
+                    Phase::Claim {
+                        client,
+                        changes: changes + 1,
+                    }
+                } else {
+                    Phase::Respond {
+                        client,
+                        answer: Answer::Unavailable,
+                    }
+                };
+                ensure!(
+                    next == expected,
+                    "{context}: the engine claims again after claim {} of {ATTEMPTS} (503 after \
+                     the last), the model went to {next:?}",
+                    changes + 1
+                );
+            }
             (step, next) => {
                 return Err(Stop::Diverged(format!(
                     "{context}: the engine chose {step:?}, the model {next:?}"
