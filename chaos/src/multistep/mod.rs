@@ -217,6 +217,7 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
             );
             report.notes.extend(checked.figures);
             report.violations.extend(checked.violations);
+            require_hard_paths(&mut report, figures::takeovers(&store), found);
         }
         Err(err) => report
             .violations
@@ -227,6 +228,24 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         report.notes.extend(timeline);
     }
     Ok(report)
+}
+
+/// The hard paths the scenario is for, required as its faults are: a kill
+/// that interrupted a step (a claim taken over before it settled) and a
+/// lost answer that needed a lookup to be found again. A run with neither
+/// would pass with those paths never exercised.
+fn require_hard_paths(report: &mut Report, takeovers: i64, found_by_lookup: u64) {
+    if takeovers == 0 {
+        report.violations.push(
+            "no kill interrupted a step (no claim was taken over): the take-over path never ran"
+                .into(),
+        );
+    }
+    if found_by_lookup == 0 {
+        report.violations.push(
+            "no lost answer was found again by a lookup: the lookup path never ran".into(),
+        );
+    }
 }
 
 /// Sleeps up to `d`, returning early (false) once `done` is set.
@@ -327,6 +346,7 @@ fn report(history: &load::PurchaseHistory, tally: Tally) -> Report {
     }
     r.notes.extend(tally.notes);
     r.violations.extend(tally.violations);
+    r.violations.extend(history.lost_clients.iter().cloned());
     r
 }
 
@@ -390,6 +410,42 @@ mod tests {
         let mut report = report_of(tally);
         require_faults(&mut report);
         assert!(report.ok(), "{:?}", report.violations);
+    }
+
+    #[test]
+    fn a_run_without_a_take_over_or_an_answer_found_by_lookup_fails() {
+        let mut report = report_of(Tally::default());
+        require_hard_paths(&mut report, 0, 3);
+        assert_eq!(
+            report.violations,
+            [
+                "no kill interrupted a step (no claim was taken over): the take-over path never ran"
+            ]
+        );
+        let mut report = report_of(Tally::default());
+        require_hard_paths(&mut report, 2, 0);
+        assert_eq!(
+            report.violations,
+            ["no lost answer was found again by a lookup: the lookup path never ran"]
+        );
+        let mut report = report_of(Tally::default());
+        require_hard_paths(&mut report, 1, 1);
+        assert!(report.ok(), "{:?}", report.violations);
+    }
+
+    #[test]
+    fn a_client_lost_to_a_panic_fails_the_run() {
+        let history = load::PurchaseHistory {
+            lost_clients: vec!["client 3 ended without its purchases (panic)".into()],
+            ..load::PurchaseHistory::default()
+        };
+        let mut tally = Tally::default();
+        tally.add("worker-kill-9");
+        let report = report(&history, tally);
+        assert_eq!(
+            report.violations,
+            ["client 3 ended without its purchases (panic)"]
+        );
     }
 
     fn report_of(tally: Tally) -> Report {
