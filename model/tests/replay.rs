@@ -35,8 +35,8 @@ use idemkey::Db;
 use idemkey::store::{RedisSettings, StoreSettings};
 use idemkey_core::{Decision, ExpiryPolicy, KeyProfile, OperationId, Stored, UnixMillis};
 use idemkey_model::{
-    ATTEMPTS, Action, Answer, Bounds, Mode, Phase, Protocol, Redo, Rejection, Row, State, Status, Walk,
-    cover, fingerprint, transitions, walks,
+    ATTEMPTS, Action, Answer, Bounds, Mode, Phase, Protocol, Redo, Rejection, Row, State, Status,
+    Walk, cover, fingerprint, transitions, walks,
 };
 use idemkey_server::idempotency::{
     self, Answer as EngineAnswer, ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey,

@@ -159,12 +159,21 @@ fn a_compensation_recorded_without_its_undo_is_caught() {
     assert!(properties::finished(last), "{last:?}");
     let reserve = usize::from(RESERVE);
     assert_eq!(last.steps[reserve], Some(StepState::Compensated));
-    assert_eq!(last.ghost.applied[reserve][StepAction::Compensate.index()], 0);
+    assert_eq!(
+        last.ghost.applied[reserve][StepAction::Compensate.index()],
+        0
+    );
     let fixed = Walk::follow(&StepJournal::new(Bounds::small()), &events);
-    assert_eq!(fixed.actions, events, "the designed protocol allows each event");
+    assert_eq!(
+        fixed.actions, events,
+        "the designed protocol allows each event"
+    );
     let last = fixed.states.last().expect("a state");
     assert_eq!(last.steps[reserve], Some(StepState::Compensated));
-    assert_eq!(last.ghost.applied[reserve][StepAction::Compensate.index()], 1);
+    assert_eq!(
+        last.ghost.applied[reserve][StepAction::Compensate.index()],
+        1
+    );
 }
 
 /// The transitions a sample of the step journal's paths must make, for a

@@ -240,7 +240,10 @@ async fn a_declined_charge_releases_the_stock_and_ends_402() {
         );
         let charge = step_key(&account, &key, &id, "charge", StepAction::Run);
         let counts = idemkey_testkit::counts_by_key(&by_effect["charges"]);
-        assert_eq!(counts.keys().copied().collect::<Vec<_>>(), [charge.as_str()]);
+        assert_eq!(
+            counts.keys().copied().collect::<Vec<_>>(),
+            [charge.as_str()]
+        );
         assert_eq!(counts[charge.as_str()].charges, 0, "{counts:?}");
     }
 }

@@ -253,9 +253,8 @@ async fn failover(wait_replicas: &str, fault: Fault) -> (Figures, Aftermath) {
     let mut lost_while_frozen = 0;
     let mut lost_ops = Vec::new();
     let acknowledged = acknowledged.lock().await.clone();
-    let frozen = |at: Instant| {
-        fault == Fault::LaggingReplicas && at > frozen_at + SETTLED && at < killed_at
-    };
+    let frozen =
+        |at: Instant| fault == Fault::LaggingReplicas && at > frozen_at + SETTLED && at < killed_at;
     let ignored = StdMutex::new(Vec::new());
     for &(op, path, at) in &acknowledged {
         let (fresh, _) = until_acknowledged(&fixtures, op, path, &ignored).await;
@@ -274,7 +273,8 @@ async fn failover(wait_replicas: &str, fault: Fault) -> (Figures, Aftermath) {
     lost_ops.sort_unstable();
     println!("re-executed after the failover: {lost_ops:?}");
     // Too few replicas in time, or the call failed in flight.
-    let logged = |text: &str| -> usize { fixtures.iter().map(|f| f.log().matches(text).count()).sum() };
+    let logged =
+        |text: &str| -> usize { fixtures.iter().map(|f| f.log().matches(text).count()).sum() };
     let figures = Figures {
         operations,
         before_fault,
@@ -314,7 +314,10 @@ async fn failover(wait_replicas: &str, fault: Fault) -> (Figures, Aftermath) {
     );
     println!("{line}");
     idemkey_testkit::publish_figures(&line).expect("write the figures file");
-    let acknowledged = acknowledged.iter().map(|&(op, path, _)| (op, path)).collect();
+    let acknowledged = acknowledged
+        .iter()
+        .map(|&(op, path, _)| (op, path))
+        .collect();
     let aftermath = Aftermath {
         cluster,
         fixtures,
@@ -426,8 +429,7 @@ async fn redis_failover_of_the_master_alone_with_wait_loses_no_acknowledgement()
     for (op, key) in carried.iter().take(3) {
         assert_eq!(node.cli(&["DEL", key]).expect("DEL"), "1", "{key}");
         let ignored = StdMutex::new(Vec::new());
-        let (fresh, _) =
-            until_acknowledged(&after.fixtures, *op, acknowledged[op], &ignored).await;
+        let (fresh, _) = until_acknowledged(&after.fixtures, *op, acknowledged[op], &ignored).await;
         assert!(
             fresh,
             "operation {op}'s record was deleted, yet the check saw a replay"

@@ -201,7 +201,10 @@ mod tests {
         let by_effect = request_log_by_effect(&body).expect("a log");
         assert_eq!(
             by_effect["charges"],
-            [row(1, "request", "k", None), row(2, "charge", "k", Some("o"))]
+            [
+                row(1, "request", "k", None),
+                row(2, "charge", "k", Some("o"))
+            ]
         );
         let confirmations = &by_effect["confirmations"];
         assert_eq!(confirmations[1], row(4, "charge", "j", Some("o")));

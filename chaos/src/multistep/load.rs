@@ -245,9 +245,7 @@ pub async fn run_clients(
 
 /// Every client task's results, in order, and one line per task that
 /// ended without them (it panicked or was cancelled).
-async fn join_clients<T>(
-    tasks: Vec<tokio::task::JoinHandle<Vec<T>>>,
-) -> (Vec<T>, Vec<String>) {
+async fn join_clients<T>(tasks: Vec<tokio::task::JoinHandle<Vec<T>>>) -> (Vec<T>, Vec<String>) {
     let (mut done, mut lost) = (Vec::new(), Vec::new());
     for (c, task) in tasks.into_iter().enumerate() {
         match task.await {
@@ -422,7 +420,10 @@ mod tests {
         });
         assert_eq!(done, [1, 2, 4]);
         assert_eq!(lost.len(), 1, "{lost:?}");
-        assert!(lost[0].starts_with("client 1 ended without its purchases"), "{lost:?}");
+        assert!(
+            lost[0].starts_with("client 1 ended without its purchases"),
+            "{lost:?}"
+        );
     }
 
     fn answer(ask: Ask, status: u16, body: &str, location: Option<&str>) -> Answer {

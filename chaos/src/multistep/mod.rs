@@ -242,9 +242,9 @@ fn require_hard_paths(report: &mut Report, takeovers: i64, found_by_lookup: u64)
         );
     }
     if found_by_lookup == 0 {
-        report.violations.push(
-            "no lost answer was found again by a lookup: the lookup path never ran".into(),
-        );
+        report
+            .violations
+            .push("no lost answer was found again by a lookup: the lookup path never ran".into());
     }
 }
 
@@ -418,9 +418,7 @@ mod tests {
         require_hard_paths(&mut report, 0, 3);
         assert_eq!(
             report.violations,
-            [
-                "no kill interrupted a step (no claim was taken over): the take-over path never ran"
-            ]
+            ["no kill interrupted a step (no claim was taken over): the take-over path never ran"]
         );
         let mut report = report_of(Tally::default());
         require_hard_paths(&mut report, 2, 0);
