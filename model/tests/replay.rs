@@ -674,7 +674,7 @@ impl Replay<'_> {
     ) -> Result<(), Stop> {
         let next = after.servers[usize::from(server)];
         match before.servers[usize::from(server)] {
-            Phase::Claim { client, changes } => {
+            Phase::Claim { client, .. } => {
                 if !self.sessions.contains_key(&server) {
                     let payload = before.clients[usize::from(client)].payload;
                     self.start_session(server, payload).await;
