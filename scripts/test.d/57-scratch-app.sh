@@ -190,8 +190,11 @@ print(", ".join(f"{n} {'/'.join(sorted(ours[n]))} -> {'/'.join(sorted(v))}"
 EOF
 )
 echo "fresh lockfile: newer than Cargo.lock: ${NEWER:-nothing}"
+# No debuginfo and no incremental cache: the same warnings, half the disk
+# and less time.
 if ! (cd "$SCRATCH/fresh" && env -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="${RUSTFLAGS:-} -D warnings" \
-    CARGO_TARGET_DIR="$FRESH_TARGET" cargo build -q 2>"$SCRATCH/fresh.log"); then
+    CARGO_PROFILE_DEV_DEBUG=0 CARGO_INCREMENTAL=0 CARGO_TARGET_DIR="$FRESH_TARGET" \
+    cargo build -q 2>"$SCRATCH/fresh.log"); then
     grep -E -A8 '^(error|warning)' "$SCRATCH/fresh.log" | head -n 60 >&2 || tail -n 40 "$SCRATCH/fresh.log" >&2
     fail "the scratch crate with a fresh lockfile does not build warning-free (newer than Cargo.lock: ${NEWER:-nothing})"
 fi
