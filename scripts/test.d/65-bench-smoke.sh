@@ -40,7 +40,7 @@ env -u PEERDIR W="$W" OUT="$OUT" SERVER="$CARGO_TARGET_DIR/debug/idemkey-server"
     PGPORT=55461 BASE_PORT=38170 QUICK=1 DUR=1 WARM=0 CONNS=4 KINDS=replay \
     SYSTEMS="node:1 idemkey-pg:1 idemkey-pg:2" BURST_N=10 BURST_REPEAT=1 PGBENCH_PLAN="replay-select:4" \
     EXTRAS=0 LAYER_PEER=0 MICRO=0 QUIET_MAX=0 FSYNC_PROBE=0 CHART=0 \
-    bash "$COPY/bench/run.sh" >"$OUT/run.log" 2>&1 || { tail -30 "$OUT/run.log" >&2; fail "bench/run.sh exited $?"; }
+    bash "$COPY/bench/run.sh" >"$OUT/run.log" 2>&1 || { rc=$?; tail -30 "$OUT/run.log" >&2; fail "bench/run.sh exited $rc"; }
 
 summary=$OUT/summary.md
 grep -q "SKIPPED: the article's Node lab: no harness at $COPY/" "$OUT/run.log" \
