@@ -107,6 +107,8 @@ struct Cell {
     _bouncer: Option<PgBouncer>,
     /// The URL the deployments use (through PgBouncer in that config).
     url: String,
+    /// Why seeding the other deployment failed, if it did.
+    seeded: Result<(), String>,
     ours: Db,
     mine: Tables,
     other: Tables,
@@ -155,7 +157,7 @@ async fn cell(config: Config, prefixed: bool) -> Cell {
     let theirs = Db::open(&url, &settings(config, other.clone()))
         .await
         .expect("open the other deployment");
-    seed(&theirs).await;
+    let seeded = seed(&theirs).await;
     let ours = Db::open(&url, &settings(config, mine.clone()))
         .await
         .expect("open our deployment");
@@ -165,6 +167,7 @@ async fn cell(config: Config, prefixed: bool) -> Cell {
         env,
         _bouncer: bouncer,
         url,
+        seeded,
         ours,
         mine,
         other,
@@ -202,11 +205,14 @@ async fn run_key(db: &Db, key: &RecordKey, replay: Duration) -> bool {
 /// The other deployment's rows: a record whose window already ended (a
 /// trim of the wrong table would drop it) and a pending message (a worker
 /// on the wrong table would deliver it).
-async fn seed(theirs: &Db) {
+async fn seed(theirs: &Db) -> Result<(), String> {
     assert!(run_key(theirs, &record_key("theirs", "old"), Duration::from_millis(1)).await);
-    in_transaction_enqueue(theirs, &record_key("theirs", "mail"), "{}")
-        .await
-        .expect("the other deployment's message");
+    match in_transaction_enqueue(theirs, &record_key("theirs", "mail"), "{}").await {
+        Ok(Outcome::Executed(_)) => Ok(()),
+        other => Err(format!(
+            "the other deployment's own in_transaction + enqueue: {other:?}"
+        )),
+    }
 }
 
 /// What a deployment's tables hold, to compare before and after.
@@ -222,10 +228,12 @@ fn contents(cell: &Cell, tables: &Tables) -> String {
         .iter()
         .map(|table| {
             let sql = match cell.config {
-                Config::Sqlite => format!(
-                    "SELECT count(*) || ':' || coalesce(group_concat(r, ','), '') FROM \
-                     (SELECT quote(rowid) AS r FROM {table} ORDER BY rowid)"
+                // Counts, and what the trim or a worker would change.
+                Config::Sqlite if table.ends_with("idempotency_records") => format!(
+                    "SELECT count(*) || ':' || coalesce(group_concat(status, ','), '') FROM \
+                     (SELECT status FROM {table} ORDER BY scope, operation, key)"
                 ),
+                Config::Sqlite => format!("SELECT count(*) FROM {table}"),
                 _ => format!(
                     "SELECT count(*) || ':' || coalesce(md5(string_agg(t::text, ',' ORDER BY \
                      t::text)), '') FROM {table} t"
@@ -527,7 +535,7 @@ fn purchase(declines: Arc<AtomicUsize>) -> Flow {
             .map_err(|e| StepError::Retry(e.to_string()))?;
             Ok(Value::Null)
         });
-    Flow::new("purchase").local("reserve", reserve).external(
+    Flow::new("matrix-purchase").local("reserve", reserve).external(
         "charge",
         External::new(move |ctx| {
             let declines = Arc::clone(&declines);
@@ -566,7 +574,7 @@ async fn flows(cell: &Cell, scope: &str, input: Value) -> Result<Vec<u16>, Strin
             let body = input.to_string();
             flows
                 .start(
-                    "purchase",
+                    "matrix-purchase",
                     &record_key(&scope, &format!("f-{i}")),
                     Fingerprint::of_json(&OPERATION, &body).expect("json"),
                     &input,
@@ -826,11 +834,21 @@ async fn matrix_cell(config: Config, prefixed: bool) {
     let started = Instant::now();
     let cell = cell(config, prefixed).await;
     let theirs_before = contents(&cell, &cell.other);
-    let service = (!prefixed).then(|| order_service(&cell));
+    // Started once the library's entry points ran: its worker shares the
+    // default names' outbox and would take their messages.
+    let mut service = None;
     let mut failures = Vec::new();
+    if let Err(err) = &cell.seeded {
+        failures.push(err.clone());
+    }
     for &entry in ENTRY_POINTS {
-        if entry.in_order_service() && service.is_none() {
-            continue;
+        if entry.in_order_service() {
+            if prefixed {
+                continue;
+            }
+            if service.is_none() {
+                service = Some(order_service(&cell));
+            }
         }
         let at = Instant::now();
         let result = tokio::time::timeout(
