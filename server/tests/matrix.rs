@@ -206,7 +206,14 @@ async fn run_key(db: &Db, key: &RecordKey, replay: Duration) -> bool {
 /// trim of the wrong table would drop it) and a pending message (a worker
 /// on the wrong table would deliver it).
 async fn seed(theirs: &Db) -> Result<(), String> {
-    assert!(run_key(theirs, &record_key("theirs", "old"), Duration::from_millis(1)).await);
+    assert!(
+        run_key(
+            theirs,
+            &record_key("theirs", "old"),
+            Duration::from_millis(1)
+        )
+        .await
+    );
     match in_transaction_enqueue(theirs, &record_key("theirs", "mail"), "{}").await {
         Ok(Outcome::Executed(_)) => Ok(()),
         other => Err(format!(
@@ -290,43 +297,34 @@ async fn create_stock(db: &Db) {
     }
 }
 
-/// The part of the matrix that calls `in_transaction` and `enqueue`.
+/// The part of the matrix that calls `in_transaction` and `enqueue`: the
+/// store goes in, and the closure's transaction carries its names.
 async fn in_transaction_enqueue(
     db: &Db,
     key: &RecordKey,
     payload: &'static str,
 ) -> Result<Outcome, String> {
-    use idemkey::in_transaction::{
-        pg_enqueue, pg_in_transaction, sqlite_enqueue, sqlite_in_transaction_async,
-    };
+    use idemkey::in_transaction::{pg_in_transaction, sqlite_in_transaction_async};
     let options = Options::new(Duration::from_secs(3600));
     let response = StoredResponse::new(201, "{}");
     let key2 = key.clone();
     match db {
-        Db::Postgres(pg) => {
-            let mut client = pg.client().await.map_err(|e| e.to_string())?;
-            pg_in_transaction(
-                &mut client,
-                key,
-                fingerprint("{}"),
-                &options,
-                move |tx| {
-                    Box::pin(async move {
-                        pg_enqueue(tx, &key2, MAIL, None, payload).await?;
-                        Ok::<_, idemkey::store::StoreError>(response)
-                    })
-                },
-            )
-            .await
-            .map_err(|e| e.to_string())
-        }
+        Db::Postgres(pg) => pg_in_transaction(pg, key, fingerprint("{}"), &options, move |tx| {
+            Box::pin(async move {
+                tx.enqueue(&key2, MAIL, None, payload).await?;
+                Ok::<_, idemkey::store::StoreError>(response)
+            })
+        })
+        .await
+        .map_err(|e| e.to_string()),
         Db::Sqlite(lite) => sqlite_in_transaction_async(
+            lite,
             lite.connection(),
             key.clone(),
             fingerprint("{}"),
             options,
             move |tx| {
-                sqlite_enqueue(tx, &key2, MAIL, None, payload)?;
+                tx.enqueue(&key2, MAIL, None, payload)?;
                 Ok::<_, idemkey::store::StoreError>(response)
             },
         )
@@ -438,7 +436,9 @@ async fn layer(cell: &Cell) -> Result<(), String> {
         "SELECT count(*) FROM idempotency_records WHERE scope = 'layer'",
     );
     if stored != CONCURRENT as i64 {
-        return Err(format!("{stored} records in our table for {CONCURRENT} keys"));
+        return Err(format!(
+            "{stored} records in our table for {CONCURRENT} keys"
+        ));
     }
     Ok(())
 }
@@ -535,21 +535,23 @@ fn purchase(declines: Arc<AtomicUsize>) -> Flow {
             .map_err(|e| StepError::Retry(e.to_string()))?;
             Ok(Value::Null)
         });
-    Flow::new("matrix-purchase").local("reserve", reserve).external(
-        "charge",
-        External::new(move |ctx| {
-            let declines = Arc::clone(&declines);
-            async move {
-                if ctx.input["decline"] == json!(true) {
-                    declines.fetch_add(1, Ordering::SeqCst);
-                    Attempt::Refused("declined".into())
-                } else {
-                    Attempt::Done(json!({ "charge": "ch-1" }))
+    Flow::new("matrix-purchase")
+        .local("reserve", reserve)
+        .external(
+            "charge",
+            External::new(move |ctx| {
+                let declines = Arc::clone(&declines);
+                async move {
+                    if ctx.input["decline"] == json!(true) {
+                        declines.fetch_add(1, Ordering::SeqCst);
+                        Attempt::Refused("declined".into())
+                    } else {
+                        Attempt::Done(json!({ "charge": "ch-1" }))
+                    }
                 }
-            }
-        })
-        .undo(|_ctx| async { Attempt::Done(Value::Null) }),
-    )
+            })
+            .undo(|_ctx| async { Attempt::Done(Value::Null) }),
+        )
 }
 
 /// Runs `inputs` as flows under new keys, all at once, then the worker;
@@ -643,7 +645,13 @@ async fn flow_compensated(cell: &Cell) -> Result<(), String> {
 }
 
 async fn trim(cell: &Cell) -> Result<(), String> {
-    if !run_key(&cell.ours, &record_key("trim", "short"), Duration::from_millis(1)).await {
+    if !run_key(
+        &cell.ours,
+        &record_key("trim", "short"),
+        Duration::from_millis(1),
+    )
+    .await
+    {
         return Err("the short-lived key did not run".into());
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -886,7 +894,11 @@ async fn matrix_cell(config: Config, prefixed: bool) {
     assert!(
         failures.is_empty(),
         "{config:?}, {}: {} of the entry points failed:\n{}",
-        if prefixed { "prefixed" } else { "default names" },
+        if prefixed {
+            "prefixed"
+        } else {
+            "default names"
+        },
         failures.len(),
         failures.join("\n")
     );
