@@ -358,12 +358,14 @@ async fn behind_pgbouncer_the_role_must_hold_the_timeouts() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ALTER ROLE"), "{stderr}");
     // Without --pg-pooler, PgBouncer refuses the startup parameter that
-    // carries the timeouts of a direct connection.
+    // carries the timeouts of a direct connection, and the error says
+    // which flag the user forgot.
     let stderr = refused_without_flag(&b.url);
     assert!(
         stderr.contains("unsupported startup parameter: options"),
         "{stderr}"
     );
+    assert!(stderr.contains("use --pg-pooler transaction"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
