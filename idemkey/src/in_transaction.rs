@@ -100,7 +100,7 @@ pub use crate::store::postgres::PgTx;
 #[cfg(feature = "sqlite")]
 pub use crate::store::sqlite::SqliteTx;
 
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 use std::future::Future;
 #[cfg(feature = "postgres")]
 use std::pin::Pin;
@@ -332,25 +332,29 @@ where
 /// [`crate::store::SqliteDb::connection`] or one of your own to `db`'s
 /// file.
 #[cfg(feature = "sqlite")]
-pub async fn sqlite_in_transaction_async<F, E>(
+pub fn sqlite_in_transaction_async<F, E>(
     db: &SqliteDb,
     conn: Arc<Mutex<Connection>>,
     key: RecordKey,
     fingerprint: Fingerprint,
     options: Options,
     effect: F,
-) -> Result<Outcome, Error<E>>
+) -> impl Future<Output = Result<Outcome, Error<E>>> + Send + 'static
 where
     F: FnOnce(SqliteTx<'_>) -> Result<StoredResponse, E> + Send + 'static,
     E: Send + 'static,
 {
+    // The store is cloned now, so the future borrows nothing (it may be
+    // spawned).
     let db = db.clone();
-    tokio::task::spawn_blocking(move || {
-        // A panic inside a transaction leaves nothing behind (rusqlite rolls
-        // back on drop); parking_lot's lock has no poisoning.
-        let mut guard = conn.lock();
-        sqlite_in_transaction(&db, &mut guard, &key, fingerprint, &options, effect)
-    })
-    .await
-    .map_err(|e| Error::Store(StoreError::Unavailable(format!("blocking task: {e}"))))?
+    async move {
+        tokio::task::spawn_blocking(move || {
+            // A panic inside a transaction leaves nothing behind (rusqlite
+            // rolls back on drop); parking_lot's lock has no poisoning.
+            let mut guard = conn.lock();
+            sqlite_in_transaction(&db, &mut guard, &key, fingerprint, &options, effect)
+        })
+        .await
+        .map_err(|e| Error::Store(StoreError::Unavailable(format!("blocking task: {e}"))))?
+    }
 }
