@@ -9,7 +9,7 @@ use tracing::info;
 
 use super::error::{db_error, pool_error};
 use super::statements::Statements;
-use super::{conninfo, pooler, tls};
+use super::{conninfo, pooler, send, tls};
 use crate::error::StoreError;
 use crate::store::migrations::{self, Known, Migration};
 use crate::store::{PgPooler, PoolStatus, StoreSettings as PgSettings, Tables};
@@ -81,7 +81,12 @@ impl PgDb {
             tables: settings.tables.clone(),
             known: Known::default(),
         };
-        pooler::check_timeouts(&*db.client().await?, settings).await?;
+        let first = db
+            .pool
+            .get()
+            .await
+            .map_err(|e| pooler::connect_error(e, settings))?;
+        pooler::check_timeouts(&first, settings).await?;
         Ok(db)
     }
 
@@ -205,17 +210,21 @@ impl PgDb {
         adopt: migrations::Adopt,
     ) -> Result<bool, StoreError> {
         let table = self.tables.render(adopt.table);
-        let row = tx
-            .query_one(
-                "SELECT to_regclass(current_schema() || '.' || $1) IS NOT NULL,
-                        EXISTS (SELECT 1 FROM information_schema.columns
-                                WHERE table_schema = current_schema()
-                                  AND table_name = $1 AND column_name = $2)",
-                &[&table, &adopt.column],
-            )
-            .await
-            .map_err(db_error)?;
-        let (exists, marked): (bool, bool) = (row.get(0), row.get(1));
+        let rows = send::query_in(
+            tx,
+            "SELECT to_regclass(current_schema() || '.' || $1) IS NOT NULL,
+                    EXISTS (SELECT 1 FROM information_schema.columns
+                            WHERE table_schema = current_schema()
+                              AND table_name = $1 AND column_name = $2)",
+            &[(&table, Type::TEXT), (&adopt.column, Type::TEXT)],
+        )
+        .await
+        .map_err(db_error)?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Unavailable("adoption check returned no row".into()))?;
+        let exists: bool = row.try_get(0).map_err(db_error)?;
+        let marked: bool = row.try_get(1).map_err(db_error)?;
         if exists && !marked {
             return Err(StoreError::Corrupt(format!(
                 "table {table} exists but was not made by idemkey: choose a table prefix"
@@ -290,21 +299,31 @@ impl PgDb {
 /// The `(component, version)` pairs a database has applied; none when
 /// the bookkeeping table does not exist yet.
 async fn applied_migrations(
-    client: &impl tokio_postgres::GenericClient,
+    client: &(impl tokio_postgres::GenericClient + Sync),
     book: &str,
 ) -> Result<Vec<(String, i32)>, StoreError> {
-    let exists: bool = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&book])
-        .await
-        .map_err(db_error)?
-        .get(0);
+    let exists = send::query_in(
+        client,
+        "SELECT to_regclass($1) IS NOT NULL",
+        &[(&book, Type::TEXT)],
+    )
+    .await
+    .map_err(db_error)?
+    .first()
+    .map(|row| row.try_get::<_, bool>(0))
+    .transpose()
+    .map_err(db_error)?
+    .unwrap_or(false);
     if !exists {
         return Ok(Vec::new());
     }
-    let rows = client
-        .query_typed(&format!("SELECT component, version FROM {book}"), &[])
-        .await
-        .map_err(db_error)?;
+    let rows = send::query_in(
+        client,
+        &format!("SELECT component, version FROM {book}"),
+        &[],
+    )
+    .await
+    .map_err(db_error)?;
     rows.iter()
         .map(|row| {
             Ok((
