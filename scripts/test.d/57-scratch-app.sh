@@ -175,6 +175,11 @@ BIN="$CARGO_TARGET_DIR/debug/idemkey-scratch-app"
 FRESH_TARGET=${IDEMKEY_CACHE:-$HOME/.cache/idemkey}/scratch-fresh-target
 cp -r "$SCRATCH/app" "$SCRATCH/fresh"
 rm -rf "$SCRATCH/fresh/Cargo.lock" "$SCRATCH/fresh/target"
+# Every feature a user can ask for, not only the app's two: a deprecation
+# in a store the app does not use (Redis's TLS, say) reaches another user.
+sed -i 's/features = \["postgres", "layer"\]/features = ["postgres", "sqlite", "redis", "layer", "outbox", "flow", "serve", "clap"]/' \
+    "$SCRATCH/fresh/Cargo.toml"
+grep -q '"redis", "layer", "outbox"' "$SCRATCH/fresh/Cargo.toml" || fail "could not widen the fresh copy's idemkey features"
 t0=$SECONDS
 (cd "$SCRATCH/fresh" && cargo generate-lockfile -q) || fail "cargo generate-lockfile failed for the scratch crate"
 NEWER=$(python3 - "$ROOT/Cargo.lock" "$SCRATCH/fresh/Cargo.lock" <<'EOF'
