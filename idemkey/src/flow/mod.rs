@@ -52,5 +52,5 @@ pub use declare::PgStepFuture;
 pub use declare::{
     Attempt, External, Failure, Flow, Local, StepContext, StepError, StepFuture, failed_problem,
 };
-pub use run::{FlowSettings, Flows, View};
+pub use run::{DEFAULT_REVIVE_WITHIN, FlowSettings, Flows, View};
 pub use state::{FlowRow, FlowState, NextMessage, StateDocument, StepRow, StepView};
