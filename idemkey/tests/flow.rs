@@ -666,7 +666,10 @@ async fn a_step_waits_out_an_outage_and_a_retry_revives_it(backend: &str) {
     let dead = env.db.outbox_list(Some("dead"), 10).await.unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
     let tried = env.down.calls.load(Ordering::SeqCst);
-    assert!(tried > 10, "retried for the duration, not 10 times: {tried}");
+    assert!(
+        tried > 10,
+        "retried for the duration, not 10 times: {tried}"
+    );
     assert_eq!(env.db.outbox_stats().await.unwrap().dead, 1);
     // The provider is back; the client retries its key.
     env.down.down.store(false, Ordering::SeqCst);
@@ -699,7 +702,13 @@ async fn a_retry_after_pauses_only_its_step(backend: &str) {
     send(&env, "k-p2", &input).await;
     drain(&env.worker).await;
     assert_eq!(env.down.applied("charge:Run"), 2);
-    let confirms = env.down.called.lock().iter().filter(|s| **s == "confirm").count();
+    let confirms = env
+        .down
+        .called
+        .lock()
+        .iter()
+        .filter(|s| **s == "confirm")
+        .count();
     assert_eq!(confirms, 1, "the paused step is not called again");
 }
 
@@ -707,9 +716,8 @@ async fn a_retry_after_pauses_only_its_step(backend: &str) {
 /// a failure after it would keep its effect (stock held) for good.
 async fn a_compensable_step_needs_the_undo_of_its_backend(backend: &str) {
     let env = env(backend).await;
-    let noop = |_: &rusqlite::Connection, _: StepContext| -> Result<Value, StepError> {
-        Ok(Value::Null)
-    };
+    let noop =
+        |_: &rusqlite::Connection, _: StepContext| -> Result<Value, StepError> { Ok(Value::Null) };
     let other = Local::new()
         .postgres(|_, _| Box::pin(async { Ok(Value::Null) }))
         .sqlite(noop);

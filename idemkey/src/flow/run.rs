@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idemkey_core::{Fingerprint, StepAction};
-use serde_json::Value;
 use parking_lot::Mutex;
+use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -166,7 +166,11 @@ impl Flows {
     /// compensation when `undo`) stays paused by its own `Retry-After`,
     /// if it is. Every other step keeps running.
     pub fn paused_for(&self, flow: &str, step: &str, undo: bool) -> Option<Duration> {
-        let action = if undo { Action::Compensate } else { Action::Run };
+        let action = if undo {
+            Action::Compensate
+        } else {
+            Action::Run
+        };
         let until = *self.pauses.lock().get(&downstream(flow, step, action))?;
         until.checked_duration_since(Instant::now())
     }

@@ -18,4 +18,5 @@ pub use message::{OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeu
 pub use metrics::OutboxMetrics;
 pub use throttle::Rate;
 pub use worker::{
-    DEFAULT_RETRY_FOR, Delivery, MAX_RETRY_AFTER, SETTLE_WITHIN, Settled, Worker, WorkerSettings};
+    DEFAULT_RETRY_FOR, Delivery, MAX_RETRY_AFTER, SETTLE_WITHIN, Settled, Worker, WorkerSettings,
+};

@@ -18,8 +18,7 @@ pub const STEP_EFFECT: &str = "flow-step";
 /// runs (100 years of 365.25 days: 36525 days), added to the one asked
 /// for: an execution that has not ended is never past its window, so never
 /// re-executed, and its end sets the window asked for, counted from then.
-pub(crate) const OPEN_WINDOW: std::time::Duration =
-    std::time::Duration::from_secs(36_525 * 86_400);
+pub(crate) const OPEN_WINDOW: std::time::Duration = std::time::Duration::from_secs(36_525 * 86_400);
 
 /// Where an execution is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
