@@ -443,7 +443,7 @@ impl Flows {
         let outcome = match &step.kind {
             Kind::Local(_) => Step::RunLocal { attempts },
             Kind::External(external) => {
-                let name = downstream(&flow.name, step.name, asked.action);
+                let name = downstream(flow.name, step.name, asked.action);
                 let paused = self
                     .pauses
                     .lock()
