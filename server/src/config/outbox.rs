@@ -232,8 +232,9 @@ pub enum OutboxCommand {
         database: DatabaseArgs,
     },
     /// Send a dead letter or a failed message (or, with --all-dead, every
-    /// dead letter) back to pending with a fresh budget; its next attempt
-    /// looks the effect up first. A message older than the provider's key
+    /// dead letter) back to pending (its retry budget still counts from its
+    /// creation: one past it gets one attempt); its next attempt looks the
+    /// effect up first. A message older than the provider's key
     /// retention is refused unless --force: the provider may have forgotten
     /// its key, and a re-sent charge would then be a second charge.
     Retry {
