@@ -474,7 +474,13 @@ impl Flows {
                                 self.settings.call_timeout.as_millis()
                             ))
                         }),
-                    None => Attempt::Done(Value::Null),
+                    // No undo declared (a flow changed under a running
+                    // compensation): never recorded `compensated` without
+                    // its undo having run; retried, then a dead letter.
+                    None => Attempt::Retry {
+                        after: None,
+                        reason: format!("step {} declares no undo", step.name),
+                    },
                 };
                 match (attempt, asked.action) {
                     (Attempt::Done(output), _) => Step::Done {
