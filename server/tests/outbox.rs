@@ -99,6 +99,7 @@ fn fast() -> WorkerSettings {
             cap_ms: 50,
             max_attempts: 3,
         },
+        retry_for: idemkey::outbox::DEFAULT_RETRY_FOR,
     }
 }
 

@@ -99,6 +99,7 @@ fn settings(batch: u32, concurrency: u32) -> WorkerSettings {
             cap_ms: 50,
             max_attempts: 5,
         },
+        retry_for: Duration::from_secs(3600),
     }
 }
 

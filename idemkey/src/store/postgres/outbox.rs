@@ -58,6 +58,11 @@ pub(super) async fn enqueue(
         .map_err(db_error)
 }
 
+/// A message's age from the store's milliseconds (none read: zero).
+fn age_of(ms: Option<i64>) -> Duration {
+    Duration::from_millis(ms.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0))
+}
+
 fn message_from_row(row: &Row, lease: Uuid) -> Result<OutboxMessage, StoreError> {
     let attempts: i32 = row.try_get("attempts").map_err(db_error)?;
     Ok(OutboxMessage {
@@ -71,6 +76,7 @@ fn message_from_row(row: &Row, lease: Uuid) -> Result<OutboxMessage, StoreError>
         attempts: u32::try_from(attempts).unwrap_or(0),
         sent_key: row.try_get("downstream_key").map_err(db_error)?,
         lease,
+        age: age_of(row.try_get::<_, Option<i64>>("age_ms").ok().flatten()),
     })
 }
 

@@ -86,6 +86,9 @@ impl SqliteDb {
                                 attempts: u32::try_from(attempts).unwrap_or(0),
                                 sent_key: row.get(8)?,
                                 lease,
+                                age: Duration::from_millis(
+                                    u64::try_from(row.get::<_, i64>(9)?).unwrap_or(0),
+                                ),
                             })
                         },
                     )?
