@@ -345,6 +345,7 @@ fn worker_settings() -> WorkerSettings {
             cap_ms: 20,
             max_attempts: 8,
         },
+        ..WorkerSettings::default()
     }
 }
 
@@ -565,6 +566,7 @@ async fn flows(cell: &Cell, scope: &str, input: Value) -> Result<Vec<u16>, Strin
             wait: Duration::ZERO,
             call_timeout: Duration::from_secs(5),
             location_prefix: "/purchases/".into(),
+            ..FlowSettings::default()
         },
     )
     .map_err(|e| e.to_string())?;
