@@ -14,7 +14,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use idemkey::metrics::{FrontEnd, Metrics};
 use idemkey::outbox::OutboxMetrics;
 use idemkey_core::OperationId;
-use metrics::{Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics::{
+    Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+};
 
 const OPERATION: OperationId = OperationId::from_static("POST /orders:v1");
 
@@ -93,7 +95,9 @@ fn counting(c: &mut Criterion, recorder: &str) {
         });
         g.bench_function(format!("delivery/{threads}"), |b| {
             b.iter_custom(|iters| {
-                counted(threads, iters, &|| outbox.count(black_box("charge"), "delivered"))
+                counted(threads, iters, &|| {
+                    outbox.count(black_box("charge"), "delivered")
+                })
             });
         });
     }

@@ -228,11 +228,11 @@ pub(crate) fn finish<T, E>(
         }
         Err(err) => return Err(err),
     };
-    options
-        .metrics
-        .as_ref()
-        .unwrap_or(Metrics::global())
-        .count(FrontEnd::InTransaction, &key.operation, outcome.label());
+    options.metrics.as_ref().unwrap_or(Metrics::global()).count(
+        FrontEnd::InTransaction,
+        &key.operation,
+        outcome.label(),
+    );
     Ok(match outcome {
         idempotency::Outcome::Executed {
             response,

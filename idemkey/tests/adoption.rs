@@ -55,17 +55,22 @@ async fn postgres_adopts_only_the_table_its_migration_makes() {
     let cluster = PgCluster::shared().expect("postgres");
     for case in NOT_OURS {
         let db = cluster.fresh_database().expect("database");
-        cluster.psql(&db.name, case).expect("the application's table");
-        refused(
-            Db::open(&db.url, &settings(Tables::default())).await,
-            case,
-        );
+        cluster
+            .psql(&db.name, case)
+            .expect("the application's table");
+        refused(Db::open(&db.url, &settings(Tables::default())).await, case);
         // Beside it, under a prefix, the library has its own.
-        Db::open(&db.url, &settings(Tables::with_prefix("idk_").expect("prefix")))
-            .await
-            .expect("a prefixed store opens beside it");
+        Db::open(
+            &db.url,
+            &settings(Tables::with_prefix("idk_").expect("prefix")),
+        )
+        .await
+        .expect("a prefixed store opens beside it");
         let rows = cluster
-            .psql(&db.name, "SELECT count(*) FROM outbox WHERE status = 'pending'")
+            .psql(
+                &db.name,
+                "SELECT count(*) FROM outbox WHERE status = 'pending'",
+            )
             .expect("the application's rows");
         assert_eq!(rows, "1", "{case}");
     }
@@ -77,7 +82,9 @@ async fn postgres_adopts_only_the_table_its_migration_makes() {
         .iter()
         .filter(|m| m.adopt.is_some())
     {
-        cluster.psql(&db.name, m.sql).expect("an earlier version's table");
+        cluster
+            .psql(&db.name, m.sql)
+            .expect("an earlier version's table");
     }
     Db::open(&db.url, &settings(Tables::default()))
         .await
@@ -107,9 +114,12 @@ async fn sqlite_adopts_only_the_table_its_migration_makes() {
             .expect("the application's table");
         let url = format!("sqlite://{}", path.display());
         refused(Db::open(&url, &settings(Tables::default())).await, &case);
-        Db::open(&url, &settings(Tables::with_prefix("idk_").expect("prefix")))
-            .await
-            .expect("a prefixed store opens beside it");
+        Db::open(
+            &url,
+            &settings(Tables::with_prefix("idk_").expect("prefix")),
+        )
+        .await
+        .expect("a prefixed store opens beside it");
         let rows: i64 = rusqlite::Connection::open(&path)
             .expect("file")
             .query_row(
@@ -141,9 +151,12 @@ async fn a_long_prefix_drops_the_records_checks_as_a_short_one_does() {
     let cluster = PgCluster::shared().expect("postgres");
     for prefix in ["acme_", LONG] {
         let db = cluster.fresh_database().expect("database");
-        Db::open(&db.url, &settings(Tables::with_prefix(prefix).expect("prefix")))
-            .await
-            .expect("open");
+        Db::open(
+            &db.url,
+            &settings(Tables::with_prefix(prefix).expect("prefix")),
+        )
+        .await
+        .expect("open");
         assert_eq!(checks_left(cluster, &db.name, prefix), "0", "{prefix}");
     }
 
@@ -170,7 +183,11 @@ async fn a_long_prefix_drops_the_records_checks_as_a_short_one_does() {
         .collect();
     assert_eq!(old.len(), 3);
     before.migrate_with(&old).await.expect("the old migrations");
-    assert_eq!(checks_left(cluster, &db.name, LONG), "1", "today's leftover");
+    assert_eq!(
+        checks_left(cluster, &db.name, LONG),
+        "1",
+        "today's leftover"
+    );
     before.close();
     Db::open(&db.url, &settings(tables))
         .await

@@ -152,10 +152,13 @@ async fn a_users_recorder_sees_every_front_end_without_a_call() {
     let db = Db::open(&file.url(), &StoreSettings::default())
         .await
         .expect("open");
-    let layer = IdempotencyLayer::new(db, |_| Some("account-1".to_owned()))
-        .operation(LAYER_OPERATION);
+    let layer =
+        IdempotencyLayer::new(db, |_| Some("account-1".to_owned())).operation(LAYER_OPERATION);
     let app: Router = Router::new()
-        .route("/payments", post(|| async { (StatusCode::CREATED, "paid") }))
+        .route(
+            "/payments",
+            post(|| async { (StatusCode::CREATED, "paid") }),
+        )
         .route_layer(layer);
     for _ in 0..2 {
         let request = Request::post("/payments")
@@ -246,8 +249,14 @@ fn a_label_sets_handle_is_registered_once() {
     ];
     let delivery = [("effect", "charge"), ("outcome", "delivered")];
     assert_eq!(recorder.value("idemkey_requests_total", &request), 1000);
-    assert_eq!(recorder.value("idemkey_outbox_deliveries_total", &delivery), 1000);
-    assert_eq!(recorder.registrations("idemkey_requests_total", &request), 1);
+    assert_eq!(
+        recorder.value("idemkey_outbox_deliveries_total", &delivery),
+        1000
+    );
+    assert_eq!(
+        recorder.registrations("idemkey_requests_total", &request),
+        1
+    );
     assert_eq!(
         recorder.registrations("idemkey_outbox_deliveries_total", &delivery),
         1

@@ -68,11 +68,11 @@ where
         let (db, config) = (self.db.clone(), Arc::clone(&self.config));
         Box::pin(async move {
             let (outcome, response) = handle(inner, db, &config, request).await?;
-            config
-                .metrics
-                .as_ref()
-                .unwrap_or(Metrics::global())
-                .count(FrontEnd::Layer, &config.operation, outcome);
+            config.metrics.as_ref().unwrap_or(Metrics::global()).count(
+                FrontEnd::Layer,
+                &config.operation,
+                outcome,
+            );
             Ok(response)
         })
     }

@@ -82,7 +82,14 @@ fn migrations(backend: &str) -> [Migration; 3] {
             adopt: Some(Adopt {
                 table: "provider_requests",
                 // The key differs by backend (`seq` alone on SQLite).
-                columns: &["scope", "seq", "kind", "idempotency_key", "order_id", "created_at"],
+                columns: &[
+                    "scope",
+                    "seq",
+                    "kind",
+                    "idempotency_key",
+                    "order_id",
+                    "created_at",
+                ],
                 primary_key: &[],
             }),
         },

@@ -59,7 +59,14 @@ pub(crate) fn migrations(backend: &str) -> [Migration; 3] {
                 table: "orders",
                 // What the legacy schema's orders had by its last version
                 // (its key changed on the way, so it is not checked).
-                columns: &["id", "account_id", "sku", "quantity", "created_at", "reference"],
+                columns: &[
+                    "id",
+                    "account_id",
+                    "sku",
+                    "quantity",
+                    "created_at",
+                    "reference",
+                ],
                 primary_key: &[],
             }),
         },
