@@ -133,6 +133,26 @@ async fn sqlite_adopts_only_the_table_its_migration_makes() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The names of the constraints on the library's tables under `prefix`,
+/// in the order of their names without it.
+fn constraints(cluster: &PgCluster, db: &str, prefix: &str) -> Vec<String> {
+    let text = cluster
+        .psql(
+            db,
+            &format!(
+                "SELECT con.conname FROM pg_constraint con
+                 JOIN pg_class c ON c.oid = con.conrelid
+                 WHERE c.relname IN ('{prefix}idempotency_records', '{prefix}outbox',
+                                     '{prefix}idemkey_flows', '{prefix}idemkey_steps',
+                                     '{prefix}idemkey_migrations')
+                 ORDER BY substr(con.conname, {}) COLLATE \"C\"",
+                prefix.len() + 1
+            ),
+        )
+        .expect("constraints");
+    text.lines().map(str::to_owned).collect()
+}
+
 /// The CHECK constraints left on the records table under `prefix`.
 fn checks_left(cluster: &PgCluster, db: &str, prefix: &str) -> String {
     cluster
@@ -149,6 +169,12 @@ fn checks_left(cluster: &PgCluster, db: &str, prefix: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_prefix_drops_the_records_checks_as_a_short_one_does() {
     let cluster = PgCluster::shared().expect("postgres");
+    let plain = cluster.fresh_database().expect("database");
+    Db::open(&plain.url, &settings(Tables::default()))
+        .await
+        .expect("open");
+    let names = constraints(cluster, &plain.name, "");
+    assert!(names.len() >= 10, "{names:?}");
     for prefix in ["acme_", LONG] {
         let db = cluster.fresh_database().expect("database");
         Db::open(
@@ -158,6 +184,13 @@ async fn a_long_prefix_drops_the_records_checks_as_a_short_one_does() {
         .await
         .expect("open");
         assert_eq!(checks_left(cluster, &db.name, prefix), "0", "{prefix}");
+        // Every constraint is the default one's name under the prefix, cut
+        // at 63 bytes as PostgreSQL cuts an identifier.
+        let expected: Vec<String> = names
+            .iter()
+            .map(|n| format!("{prefix}{n}").chars().take(63).collect())
+            .collect();
+        assert_eq!(constraints(cluster, &db.name, prefix), expected, "{prefix}");
     }
 
     // A database the version before explicit names migrated (records/1 to
