@@ -188,8 +188,8 @@ impl Flows {
             Db::Postgres(pg) => {
                 use crate::store::postgres::{PgJournal, run_in_transaction};
                 let mut client = pg.client().await?;
-                let tables = pg.tables().clone();
                 run_in_transaction(
+                    pg,
                     &mut client,
                     key,
                     fingerprint,
@@ -198,8 +198,8 @@ impl Flows {
                     |tx| {
                         Box::pin(async move {
                             let j = PgJournal {
-                                tx,
-                                tables: &tables,
+                                tx: tx.transaction(),
+                                tables: tx.tables(),
                             };
                             start_in(&j, &declared, row, &location).await
                         })
@@ -210,16 +210,22 @@ impl Flows {
             #[cfg(feature = "sqlite")]
             Db::Sqlite(db) => {
                 use crate::store::sqlite::{SqliteJournal, run_in_transaction};
-                let tables = db.tables().clone();
-                let key = key.clone();
+                let (key, store) = (key.clone(), db.clone());
                 db.with_conn(move |conn| {
-                    Ok(run_in_transaction(conn, &key, fingerprint, &policy, |tx| {
-                        let j = SqliteJournal {
-                            conn: tx,
-                            tables: &tables,
-                        };
-                        pollster::block_on(start_in(&j, &declared, row, &location))
-                    }))
+                    Ok(run_in_transaction(
+                        &store,
+                        conn,
+                        &key,
+                        fingerprint,
+                        &policy,
+                        |tx| {
+                            let j = SqliteJournal {
+                                conn: tx.connection(),
+                                tables: tx.tables(),
+                            };
+                            pollster::block_on(start_in(&j, &declared, row, &location))
+                        },
+                    ))
                 })
                 .await?
             }

@@ -9,7 +9,7 @@ use tracing::info;
 
 use super::error::{db_error, pool_error};
 use super::statements::Statements;
-use super::{conninfo, pooler, tls};
+use super::{conninfo, pooler, send, tls};
 use crate::error::StoreError;
 use crate::store::migrations::{self, Known, Migration};
 use crate::store::{PgPooler, PoolStatus, StoreSettings as PgSettings, Tables};
@@ -81,7 +81,12 @@ impl PgDb {
             tables: settings.tables.clone(),
             known: Known::default(),
         };
-        pooler::check_timeouts(&*db.client().await?, settings).await?;
+        let first = db
+            .pool
+            .get()
+            .await
+            .map_err(|e| pooler::connect_error(e, settings))?;
+        pooler::check_timeouts(&first, settings).await?;
         Ok(db)
     }
 
@@ -212,9 +217,9 @@ impl PgDb {
         adopt: migrations::Adopt,
     ) -> Result<bool, StoreError> {
         let table = self.tables.render(adopt.table);
-        let rows = tx
-            .query_typed(
-                "SELECT c.relkind::text,
+        let rows = send::query_in(
+            tx,
+            "SELECT c.relkind::text,
                         ARRAY(SELECT a.attname::text FROM pg_attribute a
                               WHERE a.attrelid = c.oid AND a.attnum > 0
                                 AND NOT a.attisdropped),
@@ -229,15 +234,16 @@ impl PgDb {
                  FROM pg_class c
                  JOIN pg_namespace n ON n.oid = c.relnamespace
                  WHERE n.nspname = current_schema() AND c.relname = $1",
-                &[(&table, Type::TEXT)],
-            )
-            .await
-            .map_err(db_error)?;
+            &[(&table, Type::TEXT)],
+        )
+        .await
+        .map_err(db_error)?;
         let Some(row) = rows.first() else {
             return Ok(false);
         };
-        let (kind, columns, key): (String, Vec<String>, Vec<String>) =
-            (row.get(0), row.get(1), row.get(2));
+        let kind: String = row.try_get(0).map_err(db_error)?;
+        let columns: Vec<String> = row.try_get(1).map_err(db_error)?;
+        let key: Vec<String> = row.try_get(2).map_err(db_error)?;
         let base_table = kind == "r" || kind == "p";
         match migrations::misfit(adopt, base_table, &columns, &key) {
             None => Ok(true),
@@ -313,21 +319,31 @@ impl PgDb {
 /// The `(component, version)` pairs a database has applied; none when
 /// the bookkeeping table does not exist yet.
 async fn applied_migrations(
-    client: &impl tokio_postgres::GenericClient,
+    client: &(impl tokio_postgres::GenericClient + Sync),
     book: &str,
 ) -> Result<Vec<(String, i32)>, StoreError> {
-    let exists: bool = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&book])
-        .await
-        .map_err(db_error)?
-        .get(0);
+    let exists = send::query_in(
+        client,
+        "SELECT to_regclass($1) IS NOT NULL",
+        &[(&book, Type::TEXT)],
+    )
+    .await
+    .map_err(db_error)?
+    .first()
+    .map(|row| row.try_get::<_, bool>(0))
+    .transpose()
+    .map_err(db_error)?
+    .unwrap_or(false);
     if !exists {
         return Ok(Vec::new());
     }
-    let rows = client
-        .query_typed(&format!("SELECT component, version FROM {book}"), &[])
-        .await
-        .map_err(db_error)?;
+    let rows = send::query_in(
+        client,
+        &format!("SELECT component, version FROM {book}"),
+        &[],
+    )
+    .await
+    .map_err(db_error)?;
     rows.iter()
         .map(|row| {
             Ok((
