@@ -141,12 +141,13 @@ pub struct Options {
     /// PostgreSQL only: `SET LOCAL lock_timeout` for this transaction (one
     /// more round trip). `None` keeps the session's setting.
     pub lock_timeout: Option<Duration>,
-    /// Where outcomes are counted, if anywhere.
+    /// Where outcomes are counted besides the [`metrics`]
+    /// facade: [`Metrics::global`] when `None`.
     pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Options {
-    /// Policy `reject`, the session's lock timeout, no metrics.
+    /// Policy `reject`, the session's lock timeout, the global metrics.
     pub const fn new(replay_ttl: Duration) -> Self {
         Self {
             replay_ttl,
@@ -243,9 +244,11 @@ pub(crate) fn finish<T, E>(
         }
         Err(err) => return Err(err),
     };
-    if let Some(metrics) = &options.metrics {
-        metrics.count(FrontEnd::InTransaction, &key.operation, outcome.label());
-    }
+    options.metrics.as_ref().unwrap_or(Metrics::global()).count(
+        FrontEnd::InTransaction,
+        &key.operation,
+        outcome.label(),
+    );
     Ok(match outcome {
         idempotency::Outcome::Executed {
             response,

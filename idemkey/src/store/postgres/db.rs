@@ -112,6 +112,10 @@ impl PgDb {
                         "invariants in a trigger",
                         include_str!("migrations/records_0003.sql"),
                     ),
+                    (
+                        "checks a long prefix left behind",
+                        include_str!("migrations/records_0004.sql"),
+                    ),
                 ],
             ),
             (
@@ -122,6 +126,7 @@ impl PgDb {
                 )],
             ),
             (include_str!("migrations/steps_0001.sql"), &[]),
+            &["scope", "id"],
         )
     }
 
@@ -202,7 +207,9 @@ impl PgDb {
     }
 
     /// Whether `adopt`'s table already exists as the migration would have
-    /// made it; a table of that name without the marker column is
+    /// made it: a base (or partitioned) table with every column of
+    /// [`migrations::Adopt::columns`] and the primary key it names.
+    /// Anything else of that name (a view, an application's own table) is
     /// [`StoreError::Corrupt`].
     async fn adoptable(
         &self,
@@ -212,25 +219,38 @@ impl PgDb {
         let table = self.tables.render(adopt.table);
         let rows = send::query_in(
             tx,
-            "SELECT to_regclass(current_schema() || '.' || $1) IS NOT NULL,
-                    EXISTS (SELECT 1 FROM information_schema.columns
-                            WHERE table_schema = current_schema()
-                              AND table_name = $1 AND column_name = $2)",
-            &[(&table, Type::TEXT), (&adopt.column, Type::TEXT)],
+            "SELECT c.relkind::text,
+                        ARRAY(SELECT a.attname::text FROM pg_attribute a
+                              WHERE a.attrelid = c.oid AND a.attnum > 0
+                                AND NOT a.attisdropped),
+                        ARRAY(SELECT a.attname::text
+                              FROM pg_index i
+                              CROSS JOIN LATERAL unnest(i.indkey::int2[])
+                                   WITH ORDINALITY AS k(attnum, n)
+                              JOIN pg_attribute a
+                                ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                              WHERE i.indrelid = c.oid AND i.indisprimary
+                              ORDER BY k.n)
+                 FROM pg_class c
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = current_schema() AND c.relname = $1",
+            &[(&table, Type::TEXT)],
         )
         .await
         .map_err(db_error)?;
-        let row = rows
-            .first()
-            .ok_or_else(|| StoreError::Unavailable("adoption check returned no row".into()))?;
-        let exists: bool = row.try_get(0).map_err(db_error)?;
-        let marked: bool = row.try_get(1).map_err(db_error)?;
-        if exists && !marked {
-            return Err(StoreError::Corrupt(format!(
-                "table {table} exists but was not made by idemkey: choose a table prefix"
-            )));
+        let Some(row) = rows.first() else {
+            return Ok(false);
+        };
+        let kind: String = row.try_get(0).map_err(db_error)?;
+        let columns: Vec<String> = row.try_get(1).map_err(db_error)?;
+        let key: Vec<String> = row.try_get(2).map_err(db_error)?;
+        let base_table = kind == "r" || kind == "p";
+        match migrations::misfit(adopt, base_table, &columns, &key) {
+            None => Ok(true),
+            Some(why) => Err(StoreError::Corrupt(format!(
+                "{table} exists but is not the table idemkey makes ({why}): choose a table prefix"
+            ))),
         }
-        Ok(exists)
     }
 
     /// The names of the library's tables in this database.
