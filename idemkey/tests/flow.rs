@@ -48,6 +48,10 @@ struct Downstream {
     /// Gates the next calls' answers wait for, one per call.
     hold: Mutex<VecDeque<Arc<Notify>>>,
     down: AtomicBool,
+    /// A step that answers `429` with this `Retry-After`.
+    retry_after: Mutex<Option<(&'static str, Duration)>>,
+    /// The steps called, in order.
+    called: Mutex<Vec<&'static str>>,
 }
 
 /// What the downstream saw, for exact comparisons.
@@ -89,6 +93,16 @@ impl Downstream {
 
     async fn call(self: Arc<Self>, ctx: StepContext) -> Attempt {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.called.lock().push(ctx.step);
+        let busy = *self.retry_after.lock();
+        if let Some((step, after)) = busy
+            && step == ctx.step
+        {
+            return Attempt::Retry {
+                after: Some(after),
+                reason: "429".into(),
+            };
+        }
         let attempt = self.answer(&ctx);
         let gate = self.hold.lock().pop_front();
         if let Some(gate) = gate {
@@ -235,6 +249,7 @@ fn settings() -> FlowSettings {
         wait: Duration::ZERO,
         call_timeout: Duration::from_secs(5),
         location_prefix: "/purchases/".into(),
+        ..FlowSettings::default()
     }
 }
 
@@ -249,6 +264,7 @@ fn worker_settings(lease: Duration) -> WorkerSettings {
             cap_ms: 20,
             max_attempts: 8,
         },
+        retry_for: Duration::from_secs(3600),
     }
 }
 
@@ -348,15 +364,13 @@ fn key(text: &str) -> RecordKey {
 }
 
 async fn send(env: &Env, k: &str, input: &Value) -> Outcome {
+    send_with(env, k, input, &Options::new(Duration::from_secs(3600))).await
+}
+
+async fn send_with(env: &Env, k: &str, input: &Value, options: &Options) -> Outcome {
     let fingerprint = Fingerprint::of_json(&OPERATION, &input.to_string()).expect("json");
     env.flows
-        .start(
-            "purchase",
-            &key(k),
-            fingerprint,
-            input,
-            &Options::new(Duration::from_secs(3600)),
-        )
+        .start("purchase", &key(k), fingerprint, input, options)
         .await
         .expect("start")
 }
@@ -607,7 +621,10 @@ async fn a_dead_step_is_listed_and_retried_like_the_outbox(backend: &str) {
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].effect, "flow-step");
     assert_eq!(dead[0].resource_id.as_deref(), doc["id"].as_str());
-    let (status, stalled) = body(&send(&env, "k-6", &input).await);
+    // A poll shows it dead (a retry of the key would revive it).
+    let id = uuid::Uuid::parse_str(doc["id"].as_str().unwrap()).unwrap();
+    let stalled = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    let (status, stalled) = body(&Outcome::Replayed(stalled.response));
     assert_eq!(
         (status, &stalled["steps"][1]["state"]),
         (202, &json!("dead"))
@@ -658,6 +675,206 @@ async fn ended_executions_are_trimmed_with_the_records(backend: &str) {
     );
 }
 
+/// Under `reexecute`, a retry past the replay window of an execution that
+/// has not ended resumes it (no second execution: no second reservation,
+/// no new step keys); once ended, its final answer replays for the whole
+/// window counted from the end, and only then may the key run again.
+async fn a_running_execution_is_never_re_executed(backend: &str) {
+    let env = env(backend).await;
+    let window = Duration::from_millis(400);
+    let options = Options {
+        expiry_policy: idemkey_core::ExpiryPolicy::Reexecute,
+        ..Options::new(window)
+    };
+    let input = json!({ "sku": "tea" });
+    let (status, first) = body(&send_with(&env, "k-r", &input, &options).await);
+    assert_eq!(status, 202);
+    // The charge has not run; the window the client asked for has passed.
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let (status, again) = body(&send_with(&env, "k-r", &input, &options).await);
+    assert_eq!((status, &again["id"]), (202, &first["id"]), "{again}");
+    assert_eq!(stock(&env.db, "tea").await, 1, "reserved once");
+    drain(&env.worker).await;
+    // Ended well past the window counted from the start: its answer
+    // replays, counted from the end.
+    let replayed = send_with(&env, "k-r", &input, &options).await;
+    assert!(matches!(replayed, Outcome::Replayed(_)), "{replayed:?}");
+    let (status, done) = body(&replayed);
+    assert_eq!((status, &done["id"]), (200, &first["id"]), "{done}");
+    assert_eq!(env.down.applied("charge:Run"), 1);
+    // Past the window after the end: the key runs again (a new execution).
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let (_, next) = body(&send_with(&env, "k-r", &input, &options).await);
+    assert_ne!(next["id"], first["id"], "{next}");
+    // Ended in its first transaction (out of stock): the window also
+    // counts from then, and closes.
+    let none = json!({ "sku": "none" });
+    let (status, _) = body(&send_with(&env, "k-n", &none, &options).await);
+    assert_eq!(status, 409);
+    let replayed = send_with(&env, "k-n", &none, &options).await;
+    assert!(matches!(replayed, Outcome::Replayed(_)), "{replayed:?}");
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let rerun = send_with(&env, "k-n", &none, &options).await;
+    assert!(matches!(rerun, Outcome::Executed(_)), "{rerun:?}");
+}
+
+/// A flow started before the window was kept open (its record's window
+/// counted from the start, as earlier versions stored it) still gets its
+/// window from its end.
+async fn an_earlier_versions_running_flow_gets_its_window_from_its_end(backend: &str) {
+    let env = env(backend).await;
+    let input = json!({ "sku": "tea" });
+    let (status, first) = body(&send(&env, "k-u", &input).await);
+    assert_eq!(status, 202);
+    // The record as the version before stored it: a window of 400 ms from
+    // the claim.
+    let shrink = match backend {
+        "postgres" => {
+            "UPDATE idempotency_records SET replay_until = created_at + interval '400 milliseconds', \
+             check_at = created_at + interval '400 milliseconds' WHERE key = 'k-u'"
+        }
+        _ => "UPDATE idempotency_records SET replay_until = created_at + 400 WHERE key = 'k-u'",
+    };
+    exec(&env.db, shrink).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    drain(&env.worker).await;
+    let options = Options {
+        expiry_policy: idemkey_core::ExpiryPolicy::Reexecute,
+        ..Options::new(Duration::from_millis(400))
+    };
+    let replayed = send_with(&env, "k-u", &input, &options).await;
+    assert!(matches!(replayed, Outcome::Replayed(_)), "{replayed:?}");
+    let (status, done) = body(&replayed);
+    assert_eq!((status, &done["id"]), (200, &first["id"]), "{done}");
+}
+
+async fn exec(db: &Db, sql: &'static str) {
+    match db {
+        Db::Postgres(pg) => {
+            pg.client()
+                .await
+                .expect("client")
+                .batch_execute(sql)
+                .await
+                .expect("sql");
+        }
+        Db::Sqlite(lite) => lite
+            .with_conn(move |conn| {
+                conn.execute_batch(sql)
+                    .map_err(idemkey::store::sqlite::sqlite_error)
+            })
+            .await
+            .expect("sql"),
+        _ => unreachable!(),
+    }
+}
+
+/// A step's budget is a duration: it is retried through an outage as long
+/// as the budget lasts (well past a count of attempts), then dead; a
+/// client's retry of the key revives it, looking the effect up first.
+async fn a_step_waits_out_an_outage_and_a_retry_revives_it(backend: &str) {
+    let env = env(backend).await;
+    let worker = env.flows.attach(Worker::new(
+        env.db.clone(),
+        WorkerSettings {
+            retry: RetryPolicy {
+                base_ms: 5,
+                cap_ms: 20,
+                max_attempts: u32::MAX,
+            },
+            retry_for: Duration::from_millis(600),
+            ..worker_settings(Duration::from_secs(30))
+        },
+    ));
+    env.down.down.store(true, Ordering::SeqCst);
+    let input = json!({ "sku": "tea" });
+    send(&env, "k-o", &input).await;
+    // Until the budget ends (not until the worker looks idle: under load a
+    // backoff can outlast `drain`'s idle rounds).
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while env.db.outbox_stats().await.unwrap().dead == 0 {
+            worker.run_once().await.expect("worker");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the budget ends");
+    let dead = env.db.outbox_list(Some("dead"), 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let tried = env.down.calls.load(Ordering::SeqCst);
+    assert!(
+        tried > 10,
+        "retried for the duration, not 10 times: {tried}"
+    );
+    assert_eq!(env.db.outbox_stats().await.unwrap().dead, 1);
+    // The provider is back; the client retries its key.
+    env.down.down.store(false, Ordering::SeqCst);
+    let lookups = env.down.lookups.load(Ordering::SeqCst);
+    let (status, _) = body(&send(&env, "k-o", &input).await);
+    assert_eq!(status, 202);
+    drain(&worker).await;
+    let (status, done) = body(&send(&env, "k-o", &input).await);
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(env.down.applied("charge:Run"), 1);
+    assert!(
+        env.down.lookups.load(Ordering::SeqCst) > lookups,
+        "the revived step looked its effect up first"
+    );
+    assert_eq!(env.db.outbox_stats().await.unwrap().dead, 0);
+}
+
+/// A downstream's `Retry-After` pauses its own step, not the others: a
+/// mail sink's hour-long pause leaves every charge running.
+async fn a_retry_after_pauses_only_its_step(backend: &str) {
+    let env = env(backend).await;
+    *env.down.retry_after.lock() = Some(("confirm", Duration::from_secs(3600)));
+    let input = json!({ "sku": "tea" });
+    send(&env, "k-p1", &input).await;
+    drain(&env.worker).await;
+    assert!(env.flows.paused_for("purchase", "confirm", false).is_some());
+    assert_eq!(env.flows.paused_for("purchase", "charge", false), None);
+    assert_eq!(env.worker.paused_for("flow-step"), None);
+    // Another purchase: its charge runs; its confirmation waits unsent.
+    send(&env, "k-p2", &input).await;
+    drain(&env.worker).await;
+    assert_eq!(env.down.applied("charge:Run"), 2);
+    let confirms = env
+        .down
+        .called
+        .lock()
+        .iter()
+        .filter(|s| **s == "confirm")
+        .count();
+    assert_eq!(confirms, 1, "the paused step is not called again");
+}
+
+/// A local step undone on one backend must be undone on the store's, or
+/// a failure after it would keep its effect (stock held) for good.
+async fn a_compensable_step_needs_the_undo_of_its_backend(backend: &str) {
+    let env = env(backend).await;
+    let noop =
+        |_: &rusqlite::Connection, _: StepContext| -> Result<Value, StepError> { Ok(Value::Null) };
+    let other = Local::new()
+        .postgres(|_, _| Box::pin(async { Ok(Value::Null) }))
+        .sqlite(noop);
+    let other = if backend == "postgres" {
+        other.sqlite_undo(noop)
+    } else {
+        other.postgres_undo(|_, _| Box::pin(async { Ok(Value::Null) }))
+    };
+    let flow = Flow::new("half").local("hold", other);
+    let refused = Flows::new(env.db.clone(), vec![flow], settings());
+    let err = refused.expect_err("no undo on this backend");
+    assert!(err.to_string().contains("undo"), "{err}");
+    // With both undos (or none), it is accepted.
+    assert!(Flows::new(env.db.clone(), vec![purchase(&env.down)], settings()).is_ok());
+    let plain = Local::new()
+        .postgres(|_, _| Box::pin(async { Ok(Value::Null) }))
+        .sqlite(noop);
+    let flow = Flow::new("plain").local("note", plain);
+    assert!(Flows::new(env.db.clone(), vec![flow], settings()).is_ok());
+}
+
 macro_rules! both {
     ($($name:ident),+) => {
         mod sqlite {
@@ -678,5 +895,10 @@ both!(
     a_stale_worker_is_fenced_out,
     a_late_refusal_undoes_every_step_before_it_in_reverse,
     a_dead_step_is_listed_and_retried_like_the_outbox,
-    ended_executions_are_trimmed_with_the_records
+    ended_executions_are_trimmed_with_the_records,
+    a_running_execution_is_never_re_executed,
+    an_earlier_versions_running_flow_gets_its_window_from_its_end,
+    a_step_waits_out_an_outage_and_a_retry_revives_it,
+    a_retry_after_pauses_only_its_step,
+    a_compensable_step_needs_the_undo_of_its_backend
 );

@@ -292,7 +292,8 @@ struct Session {
 /// Where transactional requests get their connections.
 enum Connections {
     Postgres(idemkey::store::PgDb),
-    Sqlite(std::path::PathBuf),
+    /// The store (its table names) and its file.
+    Sqlite(idemkey::store::SqliteDb, std::path::PathBuf),
     /// Lease mode: none.
     None,
 }
@@ -590,10 +591,10 @@ impl Replay<'_> {
         let key = self.key.clone();
         let done = match self.connections {
             Connections::Postgres(store) => {
-                let mut client = store.pool().get().await.expect("a connection");
+                let store = store.clone();
                 tokio::spawn(async move {
                     in_transaction::pg_in_transaction(
-                        &mut client,
+                        &store,
                         &key,
                         fingerprint(payload),
                         &options,
@@ -607,13 +608,14 @@ impl Replay<'_> {
                     .await
                 })
             }
-            Connections::Sqlite(path) => {
+            Connections::Sqlite(lite, path) => {
                 // A connection of its own: the transaction holds it (and
                 // the write lock) until the model ends it.
                 let conn = rusqlite::Connection::open(path).expect("open SQLite");
                 conn.busy_timeout(Duration::from_secs(10))
                     .expect("busy timeout");
                 tokio::spawn(in_transaction::sqlite_in_transaction_async(
+                    lite,
                     Arc::new(parking_lot::Mutex::new(conn)),
                     key,
                     fingerprint(payload),
@@ -939,13 +941,15 @@ async fn replay_on(store: &Store, bounds: &Bounds, walks: &[Walk]) -> Vec<String
             let db = &dbs[&unit];
             let connections = match (store.drive, db) {
                 (Drive::InTransaction, Db::Postgres(pg)) => Connections::Postgres(pg.clone()),
-                (Drive::InTransaction, _) => Connections::Sqlite(
+                (Drive::InTransaction, Db::Sqlite(lite)) => Connections::Sqlite(
+                    lite.clone(),
                     target
                         .url
                         .strip_prefix("sqlite://")
                         .expect("a SQLite URL")
                         .into(),
                 ),
+                (Drive::InTransaction, _) => unreachable!("in_transaction needs a SQL store"),
                 (Drive::Records, _) => Connections::None,
             };
             match replay_once(db, store, &connections, bounds, walk, unit).await {

@@ -354,6 +354,7 @@ fn settings() -> FlowSettings {
         // Longer than any path: a paused call never times out.
         call_timeout: Duration::from_secs(600),
         location_prefix: "/purchases/".into(),
+        ..FlowSettings::default()
     }
 }
 

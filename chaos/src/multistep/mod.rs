@@ -8,9 +8,13 @@
 //! moments and started again (their claims taken over once the short
 //! lease ends), and an order server is killed and started again. Some
 //! purchases are declined (the charge refused, the reservation released)
-//! and some find their sku out of stock. Once every execution ended and no
-//! step message is pending, `check::check` holds each system's own store
-//! to what the clients saw.
+//! and some find their sku out of stock. Once, the provider is down for
+//! longer than the attempt budget earlier versions had (10 deliveries,
+//! about 3 s at these backoffs, when steps were dead-lettered and their
+//! purchases stranded `running`): the steps wait it out. Once every
+//! execution ended and no step message is pending, `check::check` holds
+//! each system's own store to what the clients saw (every purchase done or
+//! failed, one charge at most each, no stock held).
 
 mod check;
 mod check_stores;
@@ -36,6 +40,11 @@ use crate::servers::{Role, ServerSet, server_bin, tail};
 /// committed whose answer is lost.
 const FAIL_RATE: &str = "0.05";
 const LOSE_RATE: &str = "0.2";
+
+/// How long the provider is down, once: several times the budget of the 10
+/// deliveries earlier versions dead-lettered a step after (50-500 ms
+/// backoffs: about 3 s).
+const OUTAGE: Duration = Duration::from_secs(10);
 
 /// Runs the scenario; `dir` keeps the processes' logs.
 pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
@@ -118,8 +127,8 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         "50ms",
         "--outbox-retry-cap",
         "500ms",
-        "--outbox-max-attempts",
-        "200",
+        // The default budget (--outbox-retry-for 12h): the outage below is
+        // waited out.
         "--outbox-poll",
         "100ms",
     ]);
@@ -141,7 +150,16 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     };
     let done = AtomicBool::new(false);
     let (history, mut tally) = thread::scope(|scope| {
-        let injector = scope.spawn(|| inject(size, &mut rng, &mut workers, &mut servers, &done));
+        let injector = scope.spawn(|| {
+            inject(
+                size,
+                &mut rng,
+                &mut workers,
+                &mut servers,
+                &mut provider,
+                &done,
+            )
+        });
         let history = rt.block_on(load::run_clients(cfg, bases, accounts, plan));
         done.store(true, Ordering::SeqCst);
         let tally = injector.join().unwrap_or_else(|_| {
@@ -154,6 +172,7 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     // Every process the purchases need runs while they settle.
     workers.revive();
     servers.revive();
+    provider.revive();
     let settled = rt.block_on(facts::settle(&url, Duration::from_secs(size.pick(40, 180))));
     match &settled {
         Ok(waited) => tally.notes.push(format!(
@@ -267,12 +286,17 @@ fn inject(
     rng: &mut Rng,
     workers: &mut ServerSet,
     servers: &mut ServerSet,
+    provider: &mut ServerSet,
     done: &AtomicBool,
 ) -> Tally {
     let mut t = Tally::default();
     let every = size.pick(3, 6);
     let mut round = 0u64;
     while nap(done, Duration::from_millis(rng.range(300, 1_200))) {
+        // Early in the run, so every purchase placed then waits it out.
+        if round == 2 {
+            outage(provider, &mut t);
+        }
         let victims = if rng.chance(0.2) {
             vec![0, 1]
         } else {
@@ -313,7 +337,11 @@ fn inject(
         }
         round += 1;
     }
-    for (what, kind) in [("worker", "worker-kill-9"), ("server", "server-kill-9")] {
+    for (what, kind) in [
+        ("worker", "worker-kill-9"),
+        ("server", "server-kill-9"),
+        ("provider outage", "provider-outage"),
+    ] {
         if !t.faults.contains_key(kind) {
             t.violations.push(format!(
                 "the load ended before any {what} was killed: the scenario did not run as written"
@@ -321,6 +349,27 @@ fn inject(
         }
     }
     t
+}
+
+/// The provider down for [`OUTAGE`] (killed, then started again on its
+/// port, its database kept): every step due meanwhile finds no provider.
+fn outage(provider: &mut ServerSet, t: &mut Tally) {
+    match provider.kill9(0) {
+        Ok(true) => {
+            t.add("provider-outage");
+            t.at(format!("the provider is down for {} s", OUTAGE.as_secs()));
+        }
+        Ok(false) => return,
+        Err(err) => {
+            t.violations.push(format!("kill -9 of the provider: {err}"));
+            return;
+        }
+    }
+    thread::sleep(OUTAGE);
+    match provider.spawn(0) {
+        Ok(()) => t.at("the provider is back".to_owned()),
+        Err(err) => t.violations.push(format!("provider restart failed: {err}")),
+    }
 }
 
 /// The report of the clients' side and the injector's tally (its
