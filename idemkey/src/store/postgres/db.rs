@@ -3,7 +3,10 @@
 
 use std::sync::Arc;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
+use deadpool_postgres::{
+    ClientWrapper, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Timeouts,
+};
+use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 use tracing::info;
 
@@ -352,4 +355,40 @@ async fn applied_migrations(
             ))
         })
         .collect()
+}
+
+/// How the store's own connections send a statement: decided in
+/// [`send`], from the store's pooler.
+impl PgDb {
+    /// `sql`'s rows on `conn`, one of this store's own connections
+    /// ([`PgDb::client`]): prepared once per connection on a direct path,
+    /// unnamed behind a transaction pooler. The driver's error is returned
+    /// as is, for a caller that looks at it (e.g. a constraint's name).
+    pub async fn query_pooled(
+        &self,
+        conn: &Object,
+        sql: &str,
+        params: &[send::Param<'_>],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let client: &tokio_postgres::Client = conn;
+        send::rows(self.cache(conn), client, sql, params).await
+    }
+
+    /// [`PgDb::query_pooled`] for a statement that returns no rows: how many it
+    /// changed.
+    pub async fn execute_pooled(
+        &self,
+        conn: &Object,
+        sql: &str,
+        params: &[send::Param<'_>],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let client: &tokio_postgres::Client = conn;
+        send::changed(self.cache(conn), client, sql, params).await
+    }
+
+    /// The connection's statement cache, where a named statement lives as
+    /// long as the connection: only with no transaction pooler between.
+    pub(super) fn cache<'a>(&self, conn: &'a Object) -> Option<&'a ClientWrapper> {
+        (self.pooler() == PgPooler::None).then_some(&**conn)
+    }
 }
