@@ -10,7 +10,6 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{Stored, UnixMillis};
-use crate::operation::OperationId;
 use crate::order::PURCHASE_OPERATION;
 
 /// Where a key's operation is looked up: `/operations/{key}` for an order,
@@ -22,10 +21,10 @@ use crate::order::PURCHASE_OPERATION;
 ///
 /// ```
 /// use idemkey_core::{ORDER_OPERATION, PURCHASE_OPERATION, lookup_path};
-/// assert_eq!(lookup_path(&ORDER_OPERATION, "a b"), "/operations/a%20b");
-/// assert_eq!(lookup_path(&PURCHASE_OPERATION, "k-1"), "/operations/k-1?operation=purchases");
+/// assert_eq!(lookup_path(ORDER_OPERATION.as_str(), "a b"), "/operations/a%20b");
+/// assert_eq!(lookup_path(PURCHASE_OPERATION.as_str(), "k-1"), "/operations/k-1?operation=purchases");
 /// ```
-pub fn lookup_path(operation: &OperationId, key_value: &str) -> String {
+pub fn lookup_path(operation: &str, key_value: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut path = String::from("/operations/");
     for byte in key_value.bytes() {
@@ -37,7 +36,7 @@ pub fn lookup_path(operation: &OperationId, key_value: &str) -> String {
             path.push(char::from(HEX[usize::from(byte & 0xf)]));
         }
     }
-    if operation.as_str() == PURCHASE_OPERATION.as_str() {
+    if operation == PURCHASE_OPERATION.as_str() {
         path.push_str("?operation=purchases");
     }
     path
