@@ -20,6 +20,9 @@
 #                                   `idemkey-server serve --demo` on SQLite
 #   wasm/tests/client-e2e.test.mjs  the same: account switch, late commit after
 #                                   `unknown`, offline, two tabs of two accounts
+#   wasm/tests/purchases-e2e.test.mjs  js-demo against a server and a provider:
+#                                   a worker's purchase listed to its end, #token=
+#                                   scopes, no IndexedDB
 #   wasm/tests/package.test.mjs     npm pack, install into a scratch app,
 #                                   tsc + esbuild, the bundle against a server
 # Screenshots go to ${IDEMKEY_ARTIFACTS:-~/.cache/idemkey/artifacts}.
@@ -60,4 +63,4 @@ cargo build -p idemkey-server --bin idemkey-server
 export IDEMKEY_SERVER_BIN="$CARGO_TARGET_DIR/debug/idemkey-server"
 node --test --test-concurrency=1 wasm/tests/vectors.test.mjs wasm/tests/chromium.test.mjs \
     wasm/tests/client.test.mjs wasm/tests/accepted.test.mjs wasm/tests/e2e.test.mjs wasm/tests/client-e2e.test.mjs \
-    wasm/tests/package.test.mjs
+    wasm/tests/purchases-e2e.test.mjs wasm/tests/package.test.mjs
