@@ -68,7 +68,7 @@ async function sha256(text) {
  */
 async function fragmentAccount(token, label) {
   const known = (await serverAccounts())?.find((a) => a.token === token);
-  if (known) return { name: known.name, token, scope: `account:${known.name}` };
+  if (known) return { name: known.name, token, scope: known.name };
   return { name: label ?? "account", token, scope: `token:${await sha256(token)}` };
 }
 
@@ -101,7 +101,7 @@ async function demoAccounts() {
     try {
       const response = await fetch(path, { cache: "no-store" });
       if (!response.ok) continue;
-      const accounts = read(await response.json())?.map((a) => ({ ...a, scope: `account:${a.name}` }));
+      const accounts = read(await response.json())?.map((a) => ({ ...a, scope: a.name }));
       if (Array.isArray(accounts) && accounts.length > 0) {
         localStorage.setItem(ACCOUNTS_KEY, JSON.stringify(accounts));
         localStorage.setItem(ACCOUNTS_SOURCE_KEY, "server");
@@ -125,11 +125,12 @@ function policyFromParams(base) {
 await init();
 const PURCHASE_OPERATION = purchaseOperation();
 const accounts = await demoAccounts();
-// The client's scope is the account as the server names it (demoAccounts),
-// never a name typed into a fragment, a literal, or the token itself for a
-// known account: demo mode replaces the tokens at every start (and real
-// tokens expire and rotate), and a scope that changed with them would
-// leave the account's pending operations held for good.
+// The client's scope is the account as the server names it (demoAccounts:
+// the demo account's name from GET /demo/tokens), never a name typed into
+// a fragment or a literal; only a token the server does not name is its
+// own scope (its SHA-256). Demo mode replaces the tokens at every start
+// (and real tokens expire and rotate): a scope that changed with them
+// would leave the account's pending operations held for good.
 // The service worker finishes offline work after the tab is closed
 // (Background Sync), with the credentials of each operation's own account.
 const worker = navigator.serviceWorker
@@ -250,12 +251,19 @@ function view(op) {
     }
   }
   row.kind = op.operation === PURCHASE_OPERATION ? "purchase" : "order";
+  const wasFinal = row.final === true;
   Object.assign(row, { attempts: op.attempts, nextAttemptAt: op.nextAttemptAt, final: false });
   if (op.phase === "accepted") {
-    // Kept by the client until its end is shown: accepted (202), or ended.
-    row.state = op.accepted?.ended ? "ended" : "done";
-    row.status ??= op.accepted?.status ?? 202;
+    // Kept by the client until its end is shown. The row keeps the answer
+    // its send got (202 accepted, or a final 201/402/409); a row rebuilt
+    // from the store takes it from there.
     row.final = true;
+    if (!wasFinal || !row.state) {
+      const answered = op.accepted?.answered;
+      row.status = answered?.status ?? op.accepted?.status ?? 202;
+      row.state = answered && answered.status >= 300 ? "stopped" : "done";
+      if (row.state === "stopped" && answered.body?.code) row.problem = answered.body;
+    }
   } else if (op.decision) row.state = "needs-decision";
   else if (op.authHold) row.state = "needs-auth";
   else if (op.last?.sending) row.state = "sending";
