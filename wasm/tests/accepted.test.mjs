@@ -40,7 +40,7 @@ async function inPage(fn) {
   }
 }
 
-test("a purchase accepted with 202 by a service worker's client stays stored; the page lists it, polls it to its end and keeps it until acknowledged", async () => {
+test("a purchase accepted with 202 by a service worker's client stays stored; the page lists it, polls it to its end and keeps it until acknowledged", { timeout: 120_000 }, async () => {
   const r = await inPage(async () => {
     const { IdempotentClient } = await import("/pkg/idempotent-client.js");
     const { purchaseOperation } = await import("/pkg/idemkey_wasm.js");
@@ -116,7 +116,7 @@ test("a purchase accepted with 202 by a service worker's client stays stored; th
   assert.equal(r.left, 0, "acknowledged: deleted");
 });
 
-test("a purchase whose answers were lost and that a lookup finds is followed to its end, looked up as a purchase", async () => {
+test("a purchase whose answers were lost and that a lookup finds is followed to its end, looked up as a purchase", { timeout: 120_000 }, async () => {
   const r = await inPage(async () => {
     const { IdempotentClient } = await import("/pkg/idempotent-client.js");
     const { json } = window.t;
@@ -160,7 +160,7 @@ test("a purchase whose answers were lost and that a lookup finds is followed to 
   assert.deepEqual(r.kept, [{ status: 402, body: { code: "payment-declined" } }], "the end of a purchase found by a lookup is kept");
 });
 
-test("409 operation-failed after a lost answer is final: no resend, no lookup; kept with its Location until its end is shown", async () => {
+test("409 operation-failed after a lost answer is final: no resend, no lookup; kept with its Location until its end is shown", { timeout: 120_000 }, async () => {
   const r = await inPage(async () => {
     const { IdempotentClient } = await import("/pkg/idempotent-client.js");
     const { json, problem } = window.t;
@@ -191,7 +191,7 @@ test("409 operation-failed after a lost answer is final: no resend, no lookup; k
   assert.deepEqual(r.kept, [{ location: "/purchases/p-3", ended: true, result: { status: 409, body: { code: "operation-failed", failed_step: "confirm" } }, steps: 1 }], "the end is kept for the page that shows it");
 });
 
-test("a late 401 to a service worker's stale token does not undo the page's sign-in (two clients, one database)", async () => {
+test("a late 401 to a service worker's stale token does not undo the page's sign-in (two clients, one database)", { timeout: 120_000 }, async () => {
   const r = await inPage(async () => {
     const { IdempotentClient } = await import("/pkg/idempotent-client.js");
     const { json, problem } = window.t;
@@ -230,7 +230,7 @@ test("a late 401 to a service worker's stale token does not undo the page's sign
   assert.equal(r.left, 0);
 });
 
-test("polls back off to a cap, time out, run independently, stop at the end, show a dead step as stuck, and handle 429 and 401", async () => {
+test("polls back off to a cap, time out, run independently, stop at the end, show a dead step as stuck, and handle 429 and 401", { timeout: 120_000 }, async () => {
   const r = await inPage(async () => {
     const { IdempotentClient } = await import("/pkg/idempotent-client.js");
     const { json, problem, hang } = window.t;
@@ -301,7 +301,7 @@ test("polls back off to a cap, time out, run independently, stop at the end, sho
   assert.ok(r.aPolls >= 3, `a hung poll times out and is retried (${r.aPolls}), without stalling the other`);
 });
 
-test("a listener that throws never breaks a send", async () => {
+test("a listener that throws never breaks a send", { timeout: 120_000 }, async () => {
   const r = await inPage(async () => {
     const { IdempotentClient } = await import("/pkg/idempotent-client.js");
     const reported = [];
@@ -325,7 +325,7 @@ test("a listener that throws never breaks a send", async () => {
   assert.ok(r.reported.some((m) => /localStorage is full/.test(m)), "the error is reported");
 });
 
-test("the replay window is read again after its bound, outside the lock and with a timeout; an attempt in flight at its end counts as past it", async () => {
+test("the replay window is read again after its bound, outside the lock and with a timeout; an attempt in flight at its end counts as past it", { timeout: 120_000 }, async () => {
   const r = await inPage(async () => {
     const { IdempotentClient } = await import("/pkg/idempotent-client.js");
     const { json, hang } = window.t;
