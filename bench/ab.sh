@@ -18,8 +18,8 @@
 # `account create bench` (as bench/run.sh does); before every run the run's database is dropped and
 # cloned from that template (CREATE DATABASE ... TEMPLATE; the SQLite file is copied), the server
 # started (`serve`), warmed up, PostgreSQL CHECKPOINTed, the box waited on to be quiet (lib.sh), then
-# measured; the server is stopped after every run. One throwaway PostgreSQL 15 cluster (the peer
-# harness's start-pg.sh: initdb defaults, fsync on) serves every PostgreSQL run.
+# measured; the server is stopped after every run. One throwaway PostgreSQL 15 cluster (idemkey-pg,
+# lib.sh's start_own_cluster: initdb defaults, fsync on) serves every PostgreSQL run.
 #
 # Output: OUT/ab.md (the command, per cell the req/s of each round for A and B, B/A per round, the
 # median and min B/A; also printed), OUT/runs.tsv (one line per run), OUT/logs/ (wrk output).
@@ -32,7 +32,6 @@ set -euo pipefail
 T_START=$(date +%s)
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
-PEERDIR=${PEERDIR:-$(cd "$ROOT/.." && pwd)/shared/peers/seed-node-lab}
 
 # The command line as given (knobs set by the caller, then the script and its arguments).
 CMDLINE=
@@ -61,7 +60,6 @@ for k in $KINDS; do case $k in new|replay|purchase) ;; *) echo "unknown kind: $k
 W=$(mktemp -d /tmp/idemkey-ab.XXXXXX); chmod 1777 "$W"   # the postgres OS user writes its socket here
 # shellcheck source=bench/lib.sh
 . "$BENCH/lib.sh"
-export PEER=$W PGPORT                 # for the peer's start-pg.sh / stop-pg.sh
 
 trap own_cleanup EXIT
 trap 'exit 130' INT TERM
@@ -75,9 +73,8 @@ mkdir -p "$OUT/logs"
 LOGS=$OUT/logs
 
 # ---- one cluster, and each binary's own template database, SQLite file, account and token -------
-log "fresh PostgreSQL cluster on 127.0.0.1:$PGPORT (peer start-pg.sh, initdb defaults, fsync on) in $W"
-"$PEERDIR/start-pg.sh" >"$LOGS/start-pg.log"
-PG_POSTMASTER=$(head -1 "$W/pgdata/postmaster.pid"); export PG_POSTMASTER
+log "fresh PostgreSQL cluster on 127.0.0.1:$PGPORT (idemkey-pg, initdb defaults, fsync on) in $W/pg"
+start_own_cluster "$LOGS/start-pg.log"
 pg_url() { echo "postgresql://postgres:$PGPASS@127.0.0.1:$PGPORT/$1"; }
 side_bin() { if [ "$1" = A ]; then echo "$A"; else echo "$B"; fi; }
 low() { tr '[:upper:]' '[:lower:]' <<<"$1"; }
@@ -178,7 +175,7 @@ for r in $(seq 1 "$ROUNDS"); do
   done; done; done
 done
 stop_all_procs
-"$PEERDIR/stop-pg.sh" >/dev/null 2>&1 || true
+stop_own_cluster
 T_END=$(date +%s)
 
 # ---- report -----------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 #   bench/large-table.sh                       # 20 M rows, 3 rounds of 10 s per cell (~20 min)
 #   ROWS=200000 ROUNDS=1 DUR=3 bench/large-table.sh   # to try it (~1 min)
 #
-# One throwaway PostgreSQL 15 cluster (the peer harness's start-pg.sh: initdb defaults, fsync on,
+# One throwaway PostgreSQL 15 cluster (idemkey-pg, lib.sh's start_own_cluster: initdb defaults, fsync on,
 # shared_buffers 128 MB) with two databases migrated by the server itself (`idemkey-server
 # migrate`): `small` and `large`. Both get, by COPY (never HTTP), the bench account's REPLAY_SET =
 # ROWS / ACCOUNTS completed keys; `large` also gets the rest of ROWS records and ROWS orders over
@@ -45,7 +45,6 @@ set -euo pipefail
 T_START=$(date +%s)
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
-PEERDIR=${PEERDIR:-$(cd "$ROOT/.." && pwd)/shared/peers/seed-node-lab}
 
 CMDLINE=
 for v in ROWS ACCOUNTS ROUNDS DUR WARM CONNS BACKLOG TRIM_BATCHES TRIM_SECS TRIM_SQL SERVER NICE QUIET_MAX PGPORT PORT OUT; do
@@ -73,7 +72,6 @@ RETENTION_MS=$((30 * 86400 * 1000)) # the server's default --tombstone-ttl (30d)
 W=$(mktemp -d /tmp/idemkey-large.XXXXXX); chmod 1777 "$W"
 # shellcheck source=bench/lib.sh
 . "$BENCH/lib.sh"
-export PEER=$W PGPORT
 
 trap own_cleanup EXIT
 trap 'exit 130' INT TERM
@@ -92,8 +90,8 @@ if [ -z "${SERVER:-}" ]; then
 fi
 SERVER=$(readlink -f "$SERVER")
 
-log "fresh PostgreSQL cluster on 127.0.0.1:$PGPORT (peer start-pg.sh, initdb defaults, fsync on) in $W"
-"$PEERDIR/start-pg.sh" >"$LOGS/start-pg.log"
+log "fresh PostgreSQL cluster on 127.0.0.1:$PGPORT (idemkey-pg, initdb defaults, fsync on) in $W/pg"
+start_own_cluster "$LOGS/start-pg.log"
 pg_url() { echo "postgresql://postgres:$PGPASS@127.0.0.1:$PGPORT/$1"; }
 
 # ---- the template: migrated by the server, the bench account, one real order to copy from -------
@@ -283,7 +281,7 @@ for batch in $TRIM_BATCHES; do for with in alone new-keys; do
   read -r n0 tomb0 < <(counts)
   if [ "$with" = new-keys ]; then run_wrk "$TRIM_SECS" orders-new.lua >"$LOGS/$name.wrk" 2>&1 & WRK=$!; fi
   rm -f "$W"/trimlog*
-  (cd "$W" && RUN_NICE "$PGBIN/pgbench" -h "$W" -p "$PGPORT" -U postgres -n -c 1 -T "$TRIM_SECS" -l --log-prefix=trimlog \
+  (cd "$W" && RUN_NICE "$PGBIN/pgbench" -h "$(pg_sock)" -p "$PGPORT" -U postgres -n -c 1 -T "$TRIM_SECS" -l --log-prefix=trimlog \
     -f "$W/trim.pgb" large >"$LOGS/$name.pgbench" 2>&1)
   if [ "$with" = new-keys ]; then wait "$WRK" || true; stop_proc large; fi
   read -r n1 tomb1 < <(counts)

@@ -4,7 +4,7 @@
 W=${W:-/tmp/idemkey-bench}                 # work dir: cluster, lab, sqlite files, server logs
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PGPORT=${PGPORT:-55449}
-PGPASS=solo-laboratorio                    # the article's lab password (start-pg.sh sets it)
+PGPASS=solo-laboratorio                    # the article's lab password; the cluster trusts 127.0.0.1, so unused
 # shellcheck disable=SC2034  # used by run.sh, which sources this file
 LAB_URL="postgresql://postgres:$PGPASS@127.0.0.1:$PGPORT/idempotencia"
 # shellcheck disable=SC2034
@@ -17,16 +17,41 @@ RUN_NICE() { if [ "$NICE" != 0 ]; then nice -n "$NICE" "$@"; else "$@"; fi; }
 log() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
 
 # psql over the cluster's unix socket (trust), database $1.
-PSQL() { local db=$1; shift; "$PGBIN/psql" -h "$W" -p "$PGPORT" -U postgres -d "$db" -X -q -v ON_ERROR_STOP=1 "$@"; }
+PSQL() { local db=$1; shift; "$PGBIN/psql" -h "$(pg_sock)" -p "$PGPORT" -U postgres -d "$db" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
-# ---- a script's own cluster (the peer harness's start-pg.sh in $W) -------------------------------
-# stop_own_cluster: stop it with the peer's stop-pg.sh, then its postmaster by PID if pg_ctl could not.
+# ---- a script's own cluster: idemkey-pg (the testkit's throwaway cluster) in $W/pg ----------------
+# The project's own tooling, nothing from outside the repository: `idemkey-pg` (crate
+# idemkey-testkit, what the tests and scripts/pg.sh use) with fsync on and max_connections 100, so
+# initdb's defaults (shared_buffers 128 MB, synchronous_commit on) apart from listen_addresses,
+# port and socket directory. Trust authentication, locale C. Data $W/pg/data, socket $W/pg/sock,
+# server log $W/pg/postgres.log. PG_TOOL: a prebuilt idemkey-pg (the test command's smokes give
+# theirs); unset, it is built here (debug, from this checkout).
+pg_sock() { printf '%s/pg/sock' "$W"; }
+pg_log() { printf '%s/pg/postgres.log' "$W"; }
+need_pg_tool() {
+  if [ -z "${PG_TOOL:-}" ]; then
+    (cd "$ROOT" && cargo build -q -p idemkey-testkit --bin idemkey-pg) || return 1
+    PG_TOOL=${CARGO_TARGET_DIR:-$ROOT/target}/debug/idemkey-pg
+  fi
+}
+# start_own_cluster LOG: a fresh cluster on 127.0.0.1:$PGPORT (what was in $W/pg is wiped), its
+# output in LOG; PG_POSTMASTER (exported) is the postmaster's PID, for the CPU monitor.
+start_own_cluster() {
+  need_pg_tool || return 1
+  stop_own_cluster; rm -rf -- "$W/pg"
+  RUN_NICE "$PG_TOOL" start "$W/pg" --port "$PGPORT" --set max_connections=100 >"$1" 2>&1 \
+    || { cat "$1" >&2; return 1; }
+  PG_POSTMASTER=$(head -1 "$W/pg/data/postmaster.pid"); export PG_POSTMASTER
+}
+# stop_own_cluster: stop it (idemkey-pg stop: pg_ctl, fast), then its postmaster by PID if that
+# could not.
 stop_own_cluster() {
-  "$PEERDIR/stop-pg.sh" >/dev/null 2>&1
-  if [ -s "$W/pgdata/postmaster.pid" ]; then
-    local pm i; pm=$(head -1 "$W/pgdata/postmaster.pid")
+  [ -n "${PG_TOOL:-}" ] && "$PG_TOOL" stop "$W/pg" >/dev/null 2>&1
+  if [ -s "$W/pg/data/postmaster.pid" ]; then
+    local pm i; pm=$(head -1 "$W/pg/data/postmaster.pid")
     kill -TERM "$pm" 2>/dev/null; for i in $(seq 1 100); do kill -0 "$pm" 2>/dev/null || break; sleep 0.1; done
   fi
+  return 0
 }
 # own_cleanup: the EXIT trap of a script whose W is its own mktemp dir (/tmp/idemkey-NAME.XXXXXX):
 # stops its monitor, servers and cluster, removes W, and exits with the script's status; with
@@ -38,7 +63,7 @@ own_cleanup() {
   [ -n "${MON_PID:-}" ] && kill -TERM "$MON_PID" 2>/dev/null
   stop_all_procs
   if [ "${KEEP:-0}" = 1 ] && [ "$rc" = 0 ]; then
-    log "KEEP=1: the cluster runs on; psql -h $W -p $PGPORT -U postgres; stop: PEER=$W PGPORT=$PGPORT $PEERDIR/stop-pg.sh"
+    log "KEEP=1: the cluster runs on; psql -h $(pg_sock) -p $PGPORT -U postgres; stop: $PG_TOOL stop $W/pg"
     exit 0
   fi
   stop_own_cluster

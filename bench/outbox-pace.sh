@@ -27,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ORDER_SECS=${1:-8} MIX_SECS=${2:-60}
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/idemkey-server}
-BEFORE_BIN=${BEFORE_BIN-/work/baseline/idemkey-server-i29b}
+BEFORE_BIN=${BEFORE_BIN-}
 PG=${PG:-${CARGO_TARGET_DIR:-target}/debug/idemkey-pg}
 W=${W:-/tmp/idemkey-outbox-pace}
 NICE=${NICE:-0} DRAIN_MAX=${DRAIN_MAX:-120} MESSAGES=${MESSAGES:-15000}

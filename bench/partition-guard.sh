@@ -13,7 +13,7 @@
 # round trip like today's claim: a single statement's snapshot is taken before its lock wait, so it
 # would not see the row the lock's holder committed; each statement of a function takes a new one.
 #
-# One throwaway PostgreSQL 15 cluster (the peer harness's start-pg.sh: initdb defaults, fsync on);
+# One throwaway PostgreSQL 15 cluster (idemkey-pg, lib.sh's start_own_cluster: initdb defaults, fsync on);
 # database `guard`, migrated by the server (`idemkey-server migrate`) for today's table. Next to it,
 # for each P in PARTS, `parted_P`: the same columns, PARTITION BY RANGE (created_at), P daily
 # partitions up to tomorrow, primary key (scope, operation, key, created_at) and the maintenance
@@ -34,7 +34,6 @@ set -euo pipefail
 T_START=$(date +%s)
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
-PEERDIR=${PEERDIR:-$(cd "$ROOT/.." && pwd)/shared/peers/seed-node-lab}
 
 CMDLINE=
 for v in PARTS ROUNDS DUR CONNS DROP_ROWS SERVER NICE QUIET_MAX PGPORT OUT; do
@@ -53,7 +52,6 @@ PGPORT=${PGPORT:-55479}
 W=$(mktemp -d /tmp/idemkey-guard.XXXXXX); chmod 1777 "$W"
 # shellcheck source=bench/lib.sh
 . "$BENCH/lib.sh"
-export PEER=$W PGPORT
 trap own_cleanup EXIT
 trap 'exit 130' INT TERM
 refuse_busy_ports "$PGPORT"
@@ -67,8 +65,8 @@ if [ -z "${SERVER:-}" ]; then
   SERVER=${CARGO_TARGET_DIR:-$ROOT/target}/release/idemkey-server
 fi
 
-log "fresh PostgreSQL cluster on 127.0.0.1:$PGPORT (peer start-pg.sh, initdb defaults, fsync on) in $W"
-"$PEERDIR/start-pg.sh" >"$LOGS/start-pg.log"
+log "fresh PostgreSQL cluster on 127.0.0.1:$PGPORT (idemkey-pg, initdb defaults, fsync on) in $W/pg"
+start_own_cluster "$LOGS/start-pg.log"
 PSQL postgres -c "CREATE DATABASE guard"
 "$SERVER" migrate --database-url "postgresql://postgres:$PGPASS@127.0.0.1:$PGPORT/guard" >"$LOGS/migrate.log" 2>&1
 
@@ -140,7 +138,7 @@ for r in $(seq 1 "$ROUNDS"); do
     c=${cell_list[$(( (i + r - 1) % n ))]}
     PSQL guard -c CHECKPOINT
     q=quiet; wait_quiet || q=NOISY
-    RUN_NICE "$PGBIN/pgbench" -h "$W" -p "$PGPORT" -U postgres -n -M prepared -c "$CONNS" -j 2 -T "$DUR" \
+    RUN_NICE "$PGBIN/pgbench" -h "$(pg_sock)" -p "$PGPORT" -U postgres -n -M prepared -c "$CONNS" -j 2 -T "$DUR" \
       -f "$W/$c.pgb" guard >"$LOGS/r$r-$c.pgbench" 2>&1
     tps=$(awk '/^tps = / {print $3}' "$LOGS/r$r-$c.pgbench")
     lat=$(awk '/^latency average/ {print $4}' "$LOGS/r$r-$c.pgbench")
@@ -170,7 +168,7 @@ DETACH_MS=$(( (t1 - t0) / 1000000 )) DROP_MS=$(( (t2 - t1) / 1000000 ))
 pgbench_trim_script $((30 * 86400 * 1000)) 500 >"$W/trim.pgb"
 t0=$(date +%s%N)
 # one connection, as the server's task; as many batches as the rows need, and a few more
-RUN_NICE "$PGBIN/pgbench" -h "$W" -p "$PGPORT" -U postgres -n -c 1 -t $((DROP_ROWS / 500 + 5)) -f "$W/trim.pgb" guard \
+RUN_NICE "$PGBIN/pgbench" -h "$(pg_sock)" -p "$PGPORT" -U postgres -n -c 1 -t $((DROP_ROWS / 500 + 5)) -f "$W/trim.pgb" guard \
   >"$LOGS/trim.pgbench" 2>&1
 t1=$(date +%s%N)
 TRIM_MS=$(( (t1 - t0) / 1000000 ))

@@ -21,7 +21,6 @@
 set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
-PEERDIR=${PEERDIR:-$(cd "$ROOT/.." && pwd)/shared/peers/seed-node-lab}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}
 QUICK=${QUICK:-0}
 STORES=${STORES:-"postgres sqlite"}
@@ -34,7 +33,6 @@ OUT=$(cd "$OUT" && pwd)
 W=$(mktemp -d /tmp/idemkey-payments.XXXXXX); chmod 1777 "$W"   # the postgres OS user writes its socket here
 # shellcheck source=bench/lib.sh
 . "$BENCH/lib.sh"
-export PEER=$W PGPORT
 trap own_cleanup EXIT
 trap 'exit 130' INT TERM
 refuse_busy_ports "$PGPORT" "$PORT"
@@ -61,7 +59,7 @@ cmp -s "$BASELINE" "$SERVER" && { echo "the baseline and the server are the same
 
 # ---- the check: one order each, its message only with payments ----------------------------------
 log "check both binaries on {$STORES}: one order each, a charge only with payments"
-if [[ " $STORES " == *" postgres "* ]]; then "$PEERDIR/start-pg.sh" >"$OUT/logs/check-pg.log"; fi
+if [[ " $STORES " == *" postgres "* ]]; then start_own_cluster "$OUT/logs/check-pg.log"; fi
 CHECK=$OUT/check.tsv
 printf 'binary\tstore\tstatus\torders\toutbox\texpected_outbox\n' >"$CHECK"
 for side in without with; do

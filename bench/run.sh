@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # bench/run.sh: the one benchmark command. In one run on this machine:
-#   1. builds idemkey-server (release), the core's criterion benches and the article's Node lab
-#      (../shared/peers/seed-node-lab/build-lab.sh, outside the repo, under $W);
-#   2. starts ONE throwaway PostgreSQL 15 cluster with the peer harness's start-pg.sh: initdb
-#      defaults (fsync=on, synchronous_commit=on, shared_buffers=128MB, max_connections=100), only
-#      listen_addresses/port/socket dir changed; database `idempotencia` (the lab's esquema.sql) and
-#      database `idemkey` (our migrations) live side by side in it;
+#   1. builds idemkey-server (release), the core's criterion benches and, where its harness is
+#      present, the article's Node lab (PEERDIR/build-lab.sh, under $W; PEERDIR is not part of this
+#      repository: a clone without it skips the lab's cells and says so in the log and the report);
+#   2. starts ONE throwaway PostgreSQL 15 cluster with the project's own idemkey-pg (lib.sh,
+#      start_own_cluster): initdb defaults (fsync=on, synchronous_commit=on, shared_buffers=128MB,
+#      max_connections=100), only listen_addresses/port/socket dir changed; database `idemkey` (our
+#      migrations) and, with the lab, database `idempotencia` (the lab's esquema.sql) side by side;
 #   3. counts SQL round trips of one new order and one replay against idemkey-server;
 #   4. measures one after another, with the same wrk settings (-t2, CONNS, DUR s, closed loop), the
 #      DB truncated + CHECKPOINT before every cell, after waiting for a quiet box:
@@ -43,11 +44,14 @@
 # NICE (0; -20 = cluster, servers, wrk, pgbench at high CPU priority on a box loaded by others),
 # W (/tmp/idemkey-bench), PGPORT (55449), BASE_PORT (38100), REBUILD_LAB (0), OUT, GEN2 (1: the second
 # generator), LOADGEN (a prebuilt bench/loadgen), FSYNC_PROBE (1: pg_test_fsync before and after),
-# CHART (1: the chart, with matplotlib).
+# CHART (1: the chart, with matplotlib), PEERDIR (the article's Node lab harness; empty: none),
+# PG_TOOL (a prebuilt idemkey-pg).
 set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
-PEERDIR=${PEERDIR:-$(cd "$ROOT/.." && pwd)/shared/peers/seed-node-lab}
+# The article's Node lab is not part of this repository: its harness sits beside a checkout that
+# has it (the default below) or wherever PEERDIR names. Only the node:N cells use it.
+PEERDIR=${PEERDIR-$ROOT/../shared/peers/seed-node-lab} # outside-ok: the optional Node lab, skipped when absent
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}
 # shellcheck source=bench/lib.sh
 . "$BENCH/lib.sh"
@@ -78,13 +82,22 @@ FSYNC_PROBE=${FSYNC_PROBE:-1}   # pg_test_fsync before and after (0: skip, for t
 BASE_PORT=${BASE_PORT:-38100}; P1=$BASE_PORT; P2=$((BASE_PORT + 1))
 OUT=${OUT:-$BENCH/results/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT/logs" "$W"; chmod 1777 "$W"
-export PEER=$W PGPORT          # for the peer's start-pg.sh / stop-pg.sh / build-lab.sh
+# LAB=1: the Node lab's harness is here and a node:N cell was asked for.
+LAB=0
+if [[ " $SYSTEMS " == *" node:"* ]]; then
+  if [ -n "$PEERDIR" ] && [ -x "$PEERDIR/build-lab.sh" ] && [ -s "$PEERDIR/lab/esquema.sql" ]; then
+    LAB=1; PEERDIR=$(cd "$PEERDIR" && pwd)
+  else
+    log "SKIPPED: the article's Node lab: no harness at ${PEERDIR:-(PEERDIR empty)} (it is not part of this repository; PEERDIR=DIR names one); its cells are not measured"
+  fi
+fi
+export PEER=$W PGPORT          # for the lab's build-lab.sh
 # SERVER=PATH runs a prebuilt idemkey-server instead (e.g. another commit's, for an A/B).
 SERVER_GIVEN=${SERVER:-}
 SERVER=${SERVER:-$CARGO_TARGET_DIR/release/idemkey-server}
 SQLITE_DB=$W/idemkey.sqlite
 
-cleanup() { stop_all_procs; "$PEERDIR/stop-pg.sh" >/dev/null 2>&1 || true; }
+cleanup() { stop_all_procs; stop_own_cluster; }
 trap cleanup EXIT
 
 # ---- 1. build ---------------------------------------------------------------------------------
@@ -99,17 +112,19 @@ log "build idemkey-server (release) and the core's benches"
 if [ "$GEN2" = 1 ] && [ -z "${LOADGEN:-}" ]; then (cd "$ROOT" && cargo build -q --release -p idemkey-loadgen); fi
 LOADGEN=${LOADGEN:-$CARGO_TARGET_DIR/release/idemkey-loadgen}
 [ "$MICRO" = 1 ] && (cd "$ROOT" && cargo bench -q -p idemkey-core --bench core --no-run 2>/dev/null)
-if [[ " $SYSTEMS " == *" node:"* ]] && { [ "$REBUILD_LAB" = 1 ] || [ ! -s "$W/idempotencia-lab/dist/server.js" ]; }; then
-  log "build the article's Node lab (peer build-lab.sh) in $W/idempotencia-lab"
+if [ "$LAB" = 1 ] && { [ "$REBUILD_LAB" = 1 ] || [ ! -s "$W/idempotencia-lab/dist/server.js" ]; }; then
+  log "build the article's Node lab ($PEERDIR/build-lab.sh) in $W/idempotencia-lab"
   "$PEERDIR/build-lab.sh" >"$OUT/logs/build-lab.log" 2>&1 || { tail "$OUT/logs/build-lab.log"; exit 1; }
 fi
 
 # ---- 2. one cluster ----------------------------------------------------------------------------
-log "fresh PostgreSQL cluster on 127.0.0.1:$PGPORT (peer start-pg.sh, initdb defaults, fsync on)"
-"$PEERDIR/stop-pg.sh" --wipe >/dev/null 2>&1 || true
-"$PEERDIR/start-pg.sh" >"$OUT/logs/start-pg.log"
-PG_POSTMASTER=$(head -1 "$W/pgdata/postmaster.pid"); export PG_POSTMASTER
+log "fresh PostgreSQL cluster on 127.0.0.1:$PGPORT (idemkey-pg, initdb defaults, fsync on) in $W/pg"
+start_own_cluster "$OUT/logs/start-pg.log"
 PSQL postgres -c 'CREATE DATABASE idemkey'
+if [ "$LAB" = 1 ]; then
+  PSQL postgres -c 'CREATE DATABASE idempotencia'
+  PSQL idempotencia -f "$PEERDIR/lab/esquema.sql"
+fi
 "$SERVER" migrate --database-url "$IDK_URL" >"$OUT/logs/migrate.log" 2>&1
 TOKEN=$("$SERVER" account create bench --database-url "$IDK_URL" 2>>"$OUT/logs/migrate.log" | tail -1)
 [ -n "$TOKEN" ] || { echo "no token" >&2; exit 1; }
@@ -173,7 +188,9 @@ count_orders() {
 reset_db() {
   # A request still in flight when a cell ends can deadlock with the TRUNCATE: try again.
   local i
-  for i in 1 2 3 4 5; do PSQL idempotencia -c 'TRUNCATE pedidos, solicitudes_idempotentes' && break; sleep 1; done
+  if [ "$LAB" = 1 ]; then
+    for i in 1 2 3 4 5; do PSQL idempotencia -c 'TRUNCATE pedidos, solicitudes_idempotentes' && break; sleep 1; done
+  fi
   for i in 1 2 3 4 5; do PSQL idemkey -c 'TRUNCATE orders, idempotency_records, outbox' && break; sleep 1; done
   if [ -n "$SQLITE_TOKEN" ]; then
     sqlite3 -cmd '.timeout 5000' "$SQLITE_DB" 'DELETE FROM orders; DELETE FROM idempotency_records; DELETE FROM outbox; PRAGMA wal_checkpoint(TRUNCATE);' \
@@ -277,14 +294,14 @@ roundtrips() {
   PSQL postgres -c "ALTER SYSTEM SET log_min_duration_statement = 0" -c "SELECT pg_reload_conf()" >/dev/null
   sleep 1
   rt_step() {  # rt_step LABEL KEY
-    off=$(stat -c %s "$W/pg.log")
+    off=$(stat -c %s "$(pg_log)")
     echo "$1 -> HTTP $(post_once "$2")"; sleep 0.5
-    tail -c +$((off + 1)) "$W/pg.log" | grep -oE 'duration: [0-9.]+ ms  (parse|bind|execute|statement)[^:]*:' \
+    tail -c +$((off + 1)) "$(pg_log)" | grep -oE 'duration: [0-9.]+ ms  (parse|bind|execute|statement)[^:]*:' \
       | sed -E 's/duration: [0-9.]+ ms  //; s/:$//' | sed 's/^/    /'
     local p e s
-    p=$(tail -c +$((off + 1)) "$W/pg.log" | grep -cE 'ms  parse ' || true)
-    e=$(tail -c +$((off + 1)) "$W/pg.log" | grep -cE 'ms  execute ' || true)
-    s=$(tail -c +$((off + 1)) "$W/pg.log" | grep -cE 'ms  statement: ' || true)
+    p=$(tail -c +$((off + 1)) "$(pg_log)" | grep -cE 'ms  parse ' || true)
+    e=$(tail -c +$((off + 1)) "$(pg_log)" | grep -cE 'ms  execute ' || true)
+    s=$(tail -c +$((off + 1)) "$(pg_log)" | grep -cE 'ms  statement: ' || true)
     echo "  ROUNDTRIPS $1 parse=$p execute=$e simple=$s total=$((p + e + s))"
   }
   {
@@ -306,6 +323,10 @@ roundtrips
 for item in $SYSTEMS; do
   sys=${item%%:*}; procs=${item##*:}
   stop_all_procs
+  if [ "$sys" = node ] && [ "$LAB" = 0 ]; then
+    printf '%s\tdefault\t%s\tall\t-\tskipped: the Node lab harness is not beside this repository (PEERDIR)\n' \
+      "$sys" "$procs" >>"$OUT/unavailable.tsv"; continue
+  fi
   if [ "$sys" = idemkey-sqlite ] && [ -z "$SQLITE_TOKEN" ]; then
     printf '%s\tdefault\t%s\tall\t-\tnot available\n' "$sys" "$procs" >>"$OUT/unavailable.tsv"; continue
   fi
@@ -395,7 +416,7 @@ if [ "$EXTRAS" = 1 ]; then
   PSQL postgres -c "ALTER SYSTEM RESET synchronous_commit" -c "SELECT pg_reload_conf()" >/dev/null
 fi
 stop_all_procs
-"$PEERDIR/stop-pg.sh" >/dev/null 2>&1 || true
+stop_own_cluster
 if [ "$FSYNC_PROBE" = 1 ]; then
   { echo "pg_test_fsync after the measurements:"
     "$PGBIN/pg_test_fsync" -s 1 -f "$W/fsync.tmp" 2>/dev/null | grep -E '^\s+fdatasync' || true; rm -f "$W/fsync.tmp"; } >>"$OUT/machine.txt"

@@ -5,7 +5,7 @@
 #   bench/schema-variants.sh layer "base checks none"          # the Layer's claim + completion
 #   ROUNDS=2 DUR=3 bench/schema-variants.sh layer "base none"  # to try it
 #
-# One throwaway PostgreSQL 15 cluster (the peer harness's start-pg.sh: initdb defaults, fsync on),
+# One throwaway PostgreSQL 15 cluster (idemkey-pg, lib.sh's start_own_cluster: initdb defaults, fsync on),
 # database `idemkey` migrated by the server (`idemkey-server migrate`). Workloads, each a pgbench
 # script of the server's own statements (pgbench -M prepared -c CONNS -j 2, DUR s, a fresh random
 # key per transaction):
@@ -34,7 +34,6 @@
 set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
-PEERDIR=${PEERDIR:-$(cd "$ROOT/.." && pwd)/shared/peers/seed-node-lab}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}
 WORKLOAD=${1:?usage: bench/schema-variants.sh order|layer \"VARIANT...\"}
 VARIANTS=${2:-base}
@@ -49,14 +48,14 @@ mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 W=$(mktemp -d /tmp/idemkey-schema.XXXXXX); chmod 1777 "$W"   # the postgres OS user writes its socket here
 # shellcheck source=bench/lib.sh
 . "$BENCH/lib.sh"
-export PEER=$W PGPORT PGPASSWORD=$PGPASS
+export PGPORT PGPASSWORD=$PGPASS
 trap own_cleanup EXIT
 trap 'exit 130' INT TERM
 refuse_busy_ports "$PGPORT"
 [ -x "$BIN" ] || (cd "$ROOT" && cargo build -q --release -p idemkey-server --bin idemkey-server)
 
-log "cluster on 127.0.0.1:$PGPORT in $W"
-"$PEERDIR/start-pg.sh" >/dev/null
+log "cluster on 127.0.0.1:$PGPORT in $W/pg (idemkey-pg)"
+start_own_cluster "$W/start-pg.log"
 PSQL postgres -c 'CREATE DATABASE idemkey'
 URL="postgresql://postgres:$PGPASS@127.0.0.1:$PGPORT/idemkey"
 "$BIN" migrate --database-url "$URL" >"$W/migrate.log" 2>&1

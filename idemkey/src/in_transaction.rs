@@ -31,8 +31,9 @@
 //! use uuid::Uuid;
 //! use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
 //! use idemkey::in_transaction::{Options, Outcome, pg_in_transaction};
+//! use idemkey::store::PgDb;
 //!
-//! # async fn run(client: &mut tokio_postgres::Client, account: Uuid) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn run(db: &PgDb, account: Uuid) -> Result<(), Box<dyn std::error::Error>> {
 //! let operation = OperationId::from_static("POST /payments:v1");
 //! let body = r#"{"cents":500}"#;
 //! let fingerprint = Fingerprint::of_json(&operation, body)?;
@@ -42,10 +43,12 @@
 //!     key: IdempotencyKey::parse(b"\"pay-1\"", KeyProfile::Lenient)?,
 //! };
 //! let options = Options::new(Duration::from_secs(86_400));
-//! let outcome = pg_in_transaction(client, &key, fingerprint, &options, |tx| {
+//! let outcome = pg_in_transaction(db, &key, fingerprint, &options, |tx| {
 //!     Box::pin(async move {
-//!         tx.execute("INSERT INTO payments (cents) VALUES (500)", &[]).await?;
-//!         Ok::<_, tokio_postgres::Error>(
+//!         tx.execute_typed("INSERT INTO payments (cents) VALUES (500)", &[])
+//!             .await
+//!             .map_err(idemkey::store::postgres::db_error)?;
+//!         Ok::<_, idemkey::store::StoreError>(
 //!             StoredResponse::new(201, r#"{"cents":500}"#)
 //!                 .with_header("content-type", "application/json"),
 //!         )
@@ -61,32 +64,43 @@
 //! # }
 //! ```
 //!
+//! # The store's tables
+//! Every call takes the store ([`crate::store::PgDb`] or
+//! [`crate::store::SqliteDb`]), and the closure receives a [`PgTx`] or
+//! [`SqliteTx`] that carries its [`crate::store::Tables`]: the claim, the
+//! stored response and an [`enqueue`](PgTx::enqueue) land in the store's
+//! tables (`acme_idempotency_records`, `acme_outbox` under
+//! `Tables::with_prefix("acme_")`), never in tables of the default names
+//! that another deployment may own.
+//!
 //! # Effects outside the database
 //! An effect the transaction cannot hold (an e-mail, a call to another
-//! service) goes in the outbox from the closure, with [`pg_enqueue`] or
-//! [`sqlite_enqueue`] on the open transaction: it is delivered only if the
-//! transaction commits, and only once per key (a replay runs no closure).
-//! A [`crate::outbox::Worker`] with your delivery function delivers it, at
-//! least once; send it with [`crate::store::outbox::OutboxMessage::downstream_key`]
-//! so the receiver can deduplicate the repeats (`server/examples/outbox.rs`).
+//! service) goes in the outbox from the closure, with [`PgTx::enqueue`] or
+//! [`SqliteTx::enqueue`] on the open transaction: it is delivered only if
+//! the transaction commits, and only once per key (a replay runs no
+//! closure). A [`crate::outbox::Worker`] on the same store, with your
+//! delivery function, delivers it at least once; send it with
+//! [`crate::store::outbox::OutboxMessage::downstream_key`] so the receiver
+//! can deduplicate the repeats (`server/examples/outbox.rs`).
 //!
 //! # Behind PgBouncer (transaction pooling)
-//! The transaction keeps one server connection from `BEGIN` to `COMMIT`,
-//! so the closure's statements work as usual (`tx.execute("…", …)`
-//! prepares and closes its statement inside it). Never keep anything across
-//! transactions: no `prepare_cached`, no session `SET` (use
-//! [`Options::lock_timeout`], a `SET LOCAL`). See `docs/pgbouncer.md`.
+//! The transaction keeps one server connection from `BEGIN` to `COMMIT`.
+//! Send your own statements unnamed (`tx.execute_typed`, `tx.query_typed`,
+//! or [`crate::store::postgres::query_in`]): a named one (`tx.execute("…")`
+//! prepares `s7`) can meet another client's `s7` on the pooler's server
+//! connection. Never keep anything across transactions: no
+//! `prepare_cached`, no session `SET` (use [`Options::lock_timeout`], a
+//! `SET LOCAL`). See `docs/pgbouncer.md`.
 //!
-//! `client` may be a connection of [`crate::store::PgDb::pool`]
-//! (`&mut object` derefs to the `tokio_postgres::Client`). The database must
-//! be migrated ([`crate::store::Db::open`] does it).
-
-#[cfg(all(feature = "postgres", feature = "outbox"))]
-pub use crate::store::postgres::enqueue as pg_enqueue;
-#[cfg(all(feature = "sqlite", feature = "outbox"))]
-pub use crate::store::sqlite::enqueue as sqlite_enqueue;
+//! [`pg_in_transaction`] takes a connection of the store's pool for the
+//! call. The database must be migrated ([`crate::store::Db::open`] does it).
 
 #[cfg(feature = "postgres")]
+pub use crate::store::postgres::PgTx;
+#[cfg(feature = "sqlite")]
+pub use crate::store::sqlite::SqliteTx;
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 use std::future::Future;
 #[cfg(feature = "postgres")]
 use std::pin::Pin;
@@ -99,11 +113,13 @@ use idemkey_core::{ExpiryPolicy, Fingerprint, Problem};
 use parking_lot::Mutex;
 #[cfg(feature = "sqlite")]
 use rusqlite::Connection;
-#[cfg(feature = "postgres")]
-use tokio_postgres::{Client, Transaction};
 
 use crate::idempotency::{self, Done, Mode, Policy, RecordKey, Records, StoredResponse};
 use crate::metrics::{FrontEnd, Metrics};
+#[cfg(feature = "postgres")]
+use crate::store::PgDb;
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteDb;
 use crate::store::StoreError;
 #[cfg(feature = "postgres")]
 use crate::store::postgres;
@@ -125,12 +141,13 @@ pub struct Options {
     /// PostgreSQL only: `SET LOCAL lock_timeout` for this transaction (one
     /// more round trip). `None` keeps the session's setting.
     pub lock_timeout: Option<Duration>,
-    /// Where outcomes are counted, if anywhere.
+    /// Where outcomes are counted besides the [`metrics`]
+    /// facade: [`Metrics::global`] when `None`.
     pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Options {
-    /// Policy `reject`, the session's lock timeout, no metrics.
+    /// Policy `reject`, the session's lock timeout, the global metrics.
     pub const fn new(replay_ttl: Duration) -> Self {
         Self {
             replay_ttl,
@@ -179,8 +196,8 @@ impl IntoResponse for Outcome {
 pub type Error<E> = idempotency::Error<E>;
 
 /// Runs `effect` exactly once per [`RecordKey`] through any [`Records`]
-/// bound to a transaction **you** opened (e.g. a `PgRecords` or
-/// `SqliteRecords` over it, or a store of your own): claim, effect, stored
+/// bound to a transaction **you** opened (e.g. `PgRecords::of(&db, &tx)`
+/// or `sqlite_db.records(&tx)`, in the store's tables, or a store of your own): claim, effect, stored
 /// response, all in that transaction. Commit it when the answer is
 /// [`Outcome::Executed`]; roll it back otherwise (a replay, a rejection, a
 /// response with a temporary status, or an error), so that nothing of a
@@ -227,9 +244,11 @@ pub(crate) fn finish<T, E>(
         }
         Err(err) => return Err(err),
     };
-    if let Some(metrics) = &options.metrics {
-        metrics.count(FrontEnd::InTransaction, &key.operation, outcome.label());
-    }
+    options.metrics.as_ref().unwrap_or(Metrics::global()).count(
+        FrontEnd::InTransaction,
+        &key.operation,
+        outcome.label(),
+    );
     Ok(match outcome {
         idempotency::Outcome::Executed {
             response,
@@ -243,22 +262,25 @@ pub(crate) fn finish<T, E>(
 }
 
 /// Runs `effect` exactly once per [`RecordKey`] on PostgreSQL, in one
-/// transaction with the claim and the stored response (see the [module
-/// docs](self)). The closure receives the open transaction.
+/// transaction of a connection of `db`'s pool with the claim and the
+/// stored response, in `db`'s tables (see the [module docs](self)). The
+/// closure receives the open transaction with the store's names.
 #[cfg(feature = "postgres")]
 pub async fn pg_in_transaction<F, E>(
-    client: &mut Client,
+    db: &PgDb,
     key: &RecordKey,
     fingerprint: Fingerprint,
     options: &Options,
     effect: F,
 ) -> Result<Outcome, Error<E>>
 where
-    F: for<'t, 'c> FnOnce(&'t Transaction<'c>) -> PgEffect<'t, E>,
+    F: for<'t, 'c> FnOnce(PgTx<'t, 'c>) -> PgEffect<'t, E>,
     E: Send + 'static,
 {
+    let mut client = db.client().await?;
     let result = postgres::run_in_transaction(
-        client,
+        db,
+        &mut client,
         key,
         fingerprint,
         &options.policy(),
@@ -279,14 +301,16 @@ where
 }
 
 /// Runs `effect` exactly once per [`RecordKey`] on SQLite, in one `BEGIN
-/// IMMEDIATE` transaction with the claim and the stored response (see the
-/// [module docs](self)).
+/// IMMEDIATE` transaction of `conn` (a connection to `db`'s file) with the
+/// claim and the stored response, in `db`'s tables (see the [module
+/// docs](self)).
 ///
 /// Blocking: call it from a blocking thread, or use
 /// [`sqlite_in_transaction_async`]. Give the connection a busy timeout: a
 /// write lock held past it by another connection is [`Error::Store`].
 #[cfg(feature = "sqlite")]
 pub fn sqlite_in_transaction<F, E>(
+    db: &SqliteDb,
     conn: &mut Connection,
     key: &RecordKey,
     fingerprint: Fingerprint,
@@ -294,9 +318,9 @@ pub fn sqlite_in_transaction<F, E>(
     effect: F,
 ) -> Result<Outcome, Error<E>>
 where
-    F: FnOnce(&rusqlite::Transaction<'_>) -> Result<StoredResponse, E>,
+    F: FnOnce(SqliteTx<'_>) -> Result<StoredResponse, E>,
 {
-    let result = sqlite::run_in_transaction(conn, key, fingerprint, &options.policy(), |tx| {
+    let result = sqlite::run_in_transaction(db, conn, key, fingerprint, &options.policy(), |tx| {
         Ok(Done {
             response: effect(tx)?,
             resource: None,
@@ -308,25 +332,32 @@ where
 
 /// [`sqlite_in_transaction`] on a blocking thread, with the connection
 /// behind a mutex (held for the whole transaction), e.g.
-/// [`crate::store::SqliteDb::connection`].
+/// [`crate::store::SqliteDb::connection`] or one of your own to `db`'s
+/// file.
 #[cfg(feature = "sqlite")]
-pub async fn sqlite_in_transaction_async<F, E>(
+pub fn sqlite_in_transaction_async<F, E>(
+    db: &SqliteDb,
     conn: Arc<Mutex<Connection>>,
     key: RecordKey,
     fingerprint: Fingerprint,
     options: Options,
     effect: F,
-) -> Result<Outcome, Error<E>>
+) -> impl Future<Output = Result<Outcome, Error<E>>> + Send + 'static
 where
-    F: FnOnce(&rusqlite::Transaction<'_>) -> Result<StoredResponse, E> + Send + 'static,
+    F: FnOnce(SqliteTx<'_>) -> Result<StoredResponse, E> + Send + 'static,
     E: Send + 'static,
 {
-    tokio::task::spawn_blocking(move || {
-        // A panic inside a transaction leaves nothing behind (rusqlite rolls
-        // back on drop); parking_lot's lock has no poisoning.
-        let mut guard = conn.lock();
-        sqlite_in_transaction(&mut guard, &key, fingerprint, &options, effect)
-    })
-    .await
-    .map_err(|e| Error::Store(StoreError::Unavailable(format!("blocking task: {e}"))))?
+    // The store is cloned now, so the future borrows nothing (it may be
+    // spawned).
+    let db = db.clone();
+    async move {
+        tokio::task::spawn_blocking(move || {
+            // A panic inside a transaction leaves nothing behind (rusqlite
+            // rolls back on drop); parking_lot's lock has no poisoning.
+            let mut guard = conn.lock();
+            sqlite_in_transaction(&db, &mut guard, &key, fingerprint, &options, effect)
+        })
+        .await
+        .map_err(|e| Error::Store(StoreError::Unavailable(format!("blocking task: {e}"))))?
+    }
 }

@@ -1,19 +1,29 @@
-//! The engine's counters, by front end, operation and outcome: sent to the
-//! [`metrics`] facade (`idemkey_requests_total`), so a service's own
-//! recorder (e.g. `metrics-exporter-prometheus`) shows them with its own
-//! series, and kept in a [`Metrics`] a service may read back
-//! ([`Metrics::snapshot`]) to expose them its own way.
+//! The engine's counters, by front end, operation and outcome, sent to the
+//! [`metrics`] facade **always**: with no recorder installed that is a
+//! no-op; with one (e.g. `metrics-exporter-prometheus`) the
+//! `idemkey_requests_total` series appear beside the service's own, with
+//! no call to the library. The counts are also kept in a [`Metrics`] a
+//! service may read back ([`Metrics::snapshot`]) to expose them its own
+//! way: the one it gives a front end, or [`Metrics::global`] by default.
 //!
 //! Outcomes are the engine's [`Outcome`](crate::idempotency::Outcome)
 //! labels (`executed`, `released`, `replayed`, `reused`, `in_progress`,
 //! `expired`) or what stopped a request before the engine (`invalid`,
-//! `unauthorized`, `unavailable`). The layer and `in_transaction` count
-//! into the [`Metrics`] they are given; an application route may tag its
+//! `unauthorized`, `unavailable`). An application route may tag its
 //! response with an [`OutcomeLabel`] for its own middleware to count.
+//!
+//! Counting costs no lock and no allocation once a label set has been
+//! seen: each label set keeps its count and the facade's handle for it,
+//! found through a map that is read without a lock and copied only when a
+//! new label set appears (once per operation and outcome). The handle is
+//! asked of the recorder again only when the recorder changes (a recorder
+//! installed after the first requests, a thread-local one in a test).
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
+use arc_swap::ArcSwap;
 use idemkey_core::OperationId;
 
 /// Which front end of the engine served a request.
@@ -21,13 +31,15 @@ use idemkey_core::OperationId;
 pub enum FrontEnd {
     /// `POST /orders`.
     Orders,
-    /// `in_transaction`.
+    /// `in_transaction` (and a flow's start, which goes through it).
     InTransaction,
     /// `layer::IdempotencyLayer`.
     Layer,
 }
 
 impl FrontEnd {
+    const ALL: [Self; 3] = [Self::Orders, Self::InTransaction, Self::Layer];
+
     /// The `front_end` label value.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -44,8 +56,6 @@ impl FrontEnd {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutcomeLabel(pub &'static str);
 
-type Labels = (FrontEnd, String, &'static str);
-
 /// Every outcome label, engine's and front ends' alike.
 pub const OUTCOMES: [&str; 9] = [
     "executed",
@@ -59,62 +69,221 @@ pub const OUTCOMES: [&str; 9] = [
     "unavailable",
 ];
 
-/// The process's counters, shared by every front end that is given them.
-#[derive(Debug, Default)]
+/// The name of the requests counter, as a recorder sees it.
+pub const REQUESTS: &str = "idemkey_requests_total";
+
+/// Request counts by front end, operation and outcome, each also sent to
+/// the [`metrics`] facade as [`REQUESTS`].
+#[derive(Debug)]
 pub struct Metrics {
-    outcomes: Mutex<BTreeMap<Labels, u64>>,
+    requests: Family,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: Family::new(REQUESTS, "operation", 1),
+        }
+    }
 }
 
 impl Metrics {
+    /// The process's counts, where every front end counts unless it was
+    /// given a [`Metrics`] of its own.
+    pub fn global() -> &'static Arc<Self> {
+        static GLOBAL: LazyLock<Arc<Metrics>> = LazyLock::new(Arc::default);
+        &GLOBAL
+    }
+
     /// Counts one request of `front_end` for `operation` with `outcome`.
     pub fn count(&self, front_end: FrontEnd, operation: &OperationId, outcome: &'static str) {
-        ::metrics::counter!(
-            "idemkey_requests_total",
-            "front_end" => front_end.as_str(),
-            "operation" => operation.as_str().to_owned(),
-            "outcome" => outcome,
-        )
-        .increment(1);
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
-        *outcomes
-            .entry((front_end, operation.as_str().to_owned(), outcome))
-            .or_default() += 1;
+        self.requests.increment(
+            operation.as_str(),
+            &[("front_end", front_end.as_str()), ("outcome", outcome)],
+        );
     }
 
     /// Starts every outcome of `front_end` for `operation` at 0, so that
     /// dashboards see each series from the start.
     pub fn register(&self, front_end: FrontEnd, operation: &OperationId) {
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
         for outcome in OUTCOMES {
-            outcomes
-                .entry((front_end, operation.as_str().to_owned(), outcome))
-                .or_default();
+            self.requests.register(
+                operation.as_str(),
+                &[("front_end", front_end.as_str()), ("outcome", outcome)],
+            );
         }
     }
 
     /// How many requests of `front_end` for `operation` had `outcome`.
     pub fn counted(&self, front_end: FrontEnd, operation: &OperationId, outcome: &str) -> u64 {
-        let outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
-        outcomes
-            .iter()
-            .filter(|((f, o, out), _)| {
-                *f == front_end && o == operation.as_str() && *out == outcome
+        self.requests
+            .snapshot()
+            .into_iter()
+            .filter(|(o, labels, _)| {
+                o == operation.as_str()
+                    && labels[0].1 == front_end.as_str()
+                    && labels[1].1 == outcome
             })
-            .map(|(_, n)| *n)
+            .map(|(_, _, n)| n)
             .sum()
     }
 
     /// Every `(front end, operation, outcome)` counted (or registered) so
-    /// far, with its count.
+    /// far, with its count, in that order.
     pub fn snapshot(&self) -> Vec<(FrontEnd, String, &'static str, u64)> {
-        let outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
-        outcomes
+        let mut all: Vec<_> = self
+            .requests
+            .snapshot()
+            .into_iter()
+            .filter_map(|(operation, labels, n)| {
+                let front_end = FrontEnd::ALL
+                    .into_iter()
+                    .find(|f| f.as_str() == labels[0].1)?;
+                Some((front_end, operation, labels[1].1, n))
+            })
+            .collect();
+        all.sort();
+        all
+    }
+}
+
+/// Where the facade's handles are registered from.
+static METADATA: ::metrics::Metadata<'static> =
+    ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
+
+/// Labels given as `(name, value)`, known at compile time.
+pub(crate) type Static = (&'static str, &'static str);
+
+/// One counter's series by one label known only at run time (an
+/// operation, an effect) and labels known at compile time (a front end,
+/// an outcome).
+pub(crate) struct Family {
+    name: &'static str,
+    dynamic: &'static str,
+    /// Where the run-time label goes among the others.
+    dynamic_at: usize,
+    by: ArcSwap<HashMap<Box<str>, Vec<Arc<Series>>>>,
+}
+
+impl std::fmt::Debug for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Family").field("name", &self.name).finish()
+    }
+}
+
+/// One label set's count and the facade's handle for it.
+struct Series {
+    statics: Vec<Static>,
+    key: ::metrics::Key,
+    count: AtomicU64,
+    /// The handle, and the address of the recorder it came from.
+    handle: ArcSwap<(usize, ::metrics::Counter)>,
+}
+
+impl Series {
+    /// Adds `n` here and to the recorder in use now.
+    fn add(&self, n: u64) {
+        self.count.fetch_add(n, Ordering::Relaxed);
+        ::metrics::with_recorder(|recorder| {
+            let id = std::ptr::from_ref(recorder).cast::<()>() as usize;
+            let handle = self.handle.load();
+            if handle.0 == id {
+                handle.1.increment(n);
+                return;
+            }
+            let counter = recorder.register_counter(&self.key, &METADATA);
+            counter.increment(n);
+            self.handle.store(Arc::new((id, counter)));
+        });
+    }
+}
+
+impl Family {
+    pub(crate) fn new(name: &'static str, dynamic: &'static str, dynamic_at: usize) -> Self {
+        Self {
+            name,
+            dynamic,
+            dynamic_at,
+            by: ArcSwap::default(),
+        }
+    }
+
+    /// Counts one for `(dynamic, statics)`: no lock, no allocation once
+    /// the label set is known.
+    pub(crate) fn increment(&self, dynamic: &str, statics: &[Static]) {
+        self.add(dynamic, statics, 1);
+    }
+
+    /// Makes `(dynamic, statics)` known, at 0 (a recorder sees it too).
+    pub(crate) fn register(&self, dynamic: &str, statics: &[Static]) {
+        self.add(dynamic, statics, 0);
+    }
+
+    fn add(&self, dynamic: &str, statics: &[Static], n: u64) {
+        if let Some(series) = self.by.load().get(dynamic).and_then(|l| find(l, statics)) {
+            series.add(n);
+            return;
+        }
+        self.publish(dynamic, statics).add(n);
+    }
+
+    /// The series of `(dynamic, statics)`, made and published if new: the
+    /// map is copied with it added (once per label set).
+    fn publish(&self, dynamic: &str, statics: &[Static]) -> Arc<Series> {
+        let mut made: Option<Arc<Series>> = None;
+        self.by.rcu(|by| {
+            let mut by = HashMap::clone(by);
+            let list = by.entry(Box::from(dynamic)).or_default();
+            if find(list, statics).is_none() {
+                let series = made.get_or_insert_with(|| Arc::new(self.make(dynamic, statics)));
+                list.push(Arc::clone(series));
+            }
+            by
+        });
+        let by = self.by.load();
+        let found = by.get(dynamic).and_then(|l| find(l, statics));
+        Arc::clone(found.expect("the series was just published"))
+    }
+
+    fn make(&self, dynamic: &str, statics: &[Static]) -> Series {
+        let mut labels: Vec<::metrics::Label> = statics
             .iter()
-            .map(|((f, o, out), n)| (*f, o.clone(), *out, *n))
+            .map(|&(k, v)| ::metrics::Label::from_static_parts(k, v))
+            .collect();
+        labels.insert(
+            self.dynamic_at.min(labels.len()),
+            ::metrics::Label::new(self.dynamic, dynamic.to_owned()),
+        );
+        Series {
+            statics: statics.to_vec(),
+            key: ::metrics::Key::from_parts(self.name, labels),
+            count: AtomicU64::new(0),
+            handle: ArcSwap::from_pointee((0, ::metrics::Counter::noop())),
+        }
+    }
+
+    /// Every label set known, with its count.
+    pub(crate) fn snapshot(&self) -> Vec<(String, Vec<Static>, u64)> {
+        self.by
+            .load()
+            .iter()
+            .flat_map(|(dynamic, list)| {
+                list.iter().map(move |s| {
+                    (
+                        dynamic.to_string(),
+                        s.statics.clone(),
+                        s.count.load(Ordering::Relaxed),
+                    )
+                })
+            })
             .collect()
     }
 }
 
+/// The series of `statics` in `list`.
+fn find<'l>(list: &'l [Arc<Series>], statics: &[Static]) -> Option<&'l Arc<Series>> {
+    list.iter().find(|s| s.statics == statics)
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,11 @@
 //! Operations of several steps on both SQL stores: one key, a local step
 //! (stock in the same database), two external ones (a downstream that
-//! deduplicates by key, as a provider does), retries that resume, lost
-//! answers looked up, a declined step undone, and a stale worker fenced
-//! out.
+//! holds each effect under its key for a lookup but applies every send it
+//! gets, so a resend without a lookup shows as a second effect), retries
+//! that resume, lost answers looked up, a declined step undone, and a
+//! stale worker fenced out.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -23,37 +24,95 @@ use tokio::sync::Notify;
 
 const OPERATION: OperationId = OperationId::from_static("POST /purchases:v1");
 
-/// A downstream that deduplicates by `Idempotency-Key` (as a payment
-/// provider does): it applies an effect once per key, can lose its next
-/// answer after applying, refuse for good, or hold its next call.
+/// A downstream that applies every send it gets (it does not deduplicate
+/// by `Idempotency-Key`) and answers a lookup by key with the effect it
+/// holds: an attempt the library flags `maybe_sent` looks the key up
+/// first, so a lost answer is found again, while a resend without that
+/// flag is a second effect, counted. It can lose its next answer after
+/// applying, refuse for good, be down, or hold its next answers (after
+/// acting: slow answers, not late arrivals).
 #[derive(Default)]
 struct Downstream {
-    applied: Mutex<HashMap<String, (String, Value)>>,
+    /// Every effect applied, in order: (key, `step:action`, output).
+    effects: Mutex<Vec<(String, String, Value)>>,
     calls: AtomicUsize,
+    /// Calls that looked their key up first (`maybe_sent`).
+    lookups: AtomicUsize,
+    /// Lookups that found the effect (an earlier attempt's).
+    found: AtomicUsize,
+    /// Sends under a key already applied without a lookup first: a
+    /// second effect of one step.
+    repeats: AtomicUsize,
     lose_next: AtomicBool,
     refuse: Mutex<Option<&'static str>>,
-    hold: Mutex<Option<Arc<Notify>>>,
+    /// Gates the next calls' answers wait for, one per call.
+    hold: Mutex<VecDeque<Arc<Notify>>>,
     down: AtomicBool,
+    /// A step that answers `429` with this `Retry-After`.
+    retry_after: Mutex<Option<(&'static str, Duration)>>,
+    /// The steps called, in order.
+    called: Mutex<Vec<&'static str>>,
+}
+
+/// What the downstream saw, for exact comparisons.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    calls: usize,
+    lookups: usize,
+    found: usize,
+    repeats: usize,
 }
 
 impl Downstream {
-    /// Effects applied for `step` (keys seen at most once by construction:
-    /// a second application under one key is what must never happen,
-    /// counted by `calls` against distinct keys).
+    /// Effects applied for `step` (`name:Action`), repeats included.
     fn applied(&self, step: &str) -> usize {
-        self.applied
+        self.effects
             .lock()
-            .values()
-            .filter(|(s, _)| s == step)
+            .iter()
+            .filter(|(_, s, _)| s == step)
             .count()
+    }
+
+    /// The output of the first effect applied for `step`.
+    fn output(&self, step: &str) -> Option<Value> {
+        self.effects
+            .lock()
+            .iter()
+            .find(|(_, s, _)| s == step)
+            .map(|(_, _, output)| output.clone())
+    }
+
+    fn seen(&self) -> Seen {
+        Seen {
+            calls: self.calls.load(Ordering::SeqCst),
+            lookups: self.lookups.load(Ordering::SeqCst),
+            found: self.found.load(Ordering::SeqCst),
+            repeats: self.repeats.load(Ordering::SeqCst),
+        }
     }
 
     async fn call(self: Arc<Self>, ctx: StepContext) -> Attempt {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        let gate = self.hold.lock().take();
+        self.called.lock().push(ctx.step);
+        let busy = *self.retry_after.lock();
+        if let Some((step, after)) = busy
+            && step == ctx.step
+        {
+            return Attempt::Retry {
+                after: Some(after),
+                reason: "429".into(),
+            };
+        }
+        let attempt = self.answer(&ctx);
+        let gate = self.hold.lock().pop_front();
         if let Some(gate) = gate {
             gate.notified().await;
         }
+        attempt
+    }
+
+    /// What the downstream does with a call, and answers.
+    fn answer(&self, ctx: &StepContext) -> Attempt {
         if self.down.load(Ordering::SeqCst) {
             return Attempt::Retry {
                 after: None,
@@ -62,22 +121,30 @@ impl Downstream {
         }
         let key = ctx.downstream_key().to_string();
         let name = format!("{}:{:?}", ctx.step, ctx.action);
-        if ctx.maybe_sent
-            && let Some((_, found)) = self.applied.lock().get(&key).cloned()
-        {
-            return Attempt::Done(found);
+        if ctx.maybe_sent {
+            self.lookups.fetch_add(1, Ordering::SeqCst);
+            let held = self
+                .effects
+                .lock()
+                .iter()
+                .find(|(k, _, _)| *k == key)
+                .map(|(_, _, output)| output.clone());
+            if let Some(found) = held {
+                self.found.fetch_add(1, Ordering::SeqCst);
+                return Attempt::Done(found);
+            }
         }
         if *self.refuse.lock() == Some(ctx.step) {
             return Attempt::Refused("declined".into());
         }
         let output = {
-            let mut applied = self.applied.lock();
-            let n = applied.len();
-            applied
-                .entry(key)
-                .or_insert_with(|| (name, json!({ "id": format!("{}-{n}", ctx.step) })))
-                .1
-                .clone()
+            let mut effects = self.effects.lock();
+            if effects.iter().any(|(k, _, _)| *k == key) {
+                self.repeats.fetch_add(1, Ordering::SeqCst);
+            }
+            let output = json!({ "id": format!("{}-{}", ctx.step, effects.len()) });
+            effects.push((key, name, output.clone()));
+            output
         };
         if self.lose_next.swap(false, Ordering::SeqCst) {
             return Attempt::Uncertain("the answer was lost".into());
@@ -182,6 +249,7 @@ fn settings() -> FlowSettings {
         wait: Duration::ZERO,
         call_timeout: Duration::from_secs(5),
         location_prefix: "/purchases/".into(),
+        ..FlowSettings::default()
     }
 }
 
@@ -196,6 +264,7 @@ fn worker_settings(lease: Duration) -> WorkerSettings {
             cap_ms: 20,
             max_attempts: 8,
         },
+        retry_for: Duration::from_secs(3600),
     }
 }
 
@@ -295,15 +364,13 @@ fn key(text: &str) -> RecordKey {
 }
 
 async fn send(env: &Env, k: &str, input: &Value) -> Outcome {
+    send_with(env, k, input, &Options::new(Duration::from_secs(3600))).await
+}
+
+async fn send_with(env: &Env, k: &str, input: &Value, options: &Options) -> Outcome {
     let fingerprint = Fingerprint::of_json(&OPERATION, &input.to_string()).expect("json");
     env.flows
-        .start(
-            "purchase",
-            &key(k),
-            fingerprint,
-            input,
-            &Options::new(Duration::from_secs(3600)),
-        )
+        .start("purchase", &key(k), fingerprint, input, options)
         .await
         .expect("start")
 }
@@ -387,9 +454,32 @@ async fn lost_answer_is_looked_up(backend: &str) {
     drain(&env.worker).await;
     let (status, result) = body(&send(&env, "k-2", &input).await);
     assert_eq!(status, 200, "{result}");
-    // The charge's answer was lost once: sent twice, applied once.
-    assert_eq!(env.down.applied("charge:Run"), 1);
-    assert!(env.down.calls.load(Ordering::SeqCst) >= 3);
+    // The charge's answer was lost once: its second attempt (flagged
+    // `maybe_sent`) looked the key up and found the effect, so it was
+    // applied once; the confirmation's first attempt sent without a
+    // lookup. A second attempt sent blind would be a repeat (a second
+    // charge); a lookup on every attempt would be 3 lookups.
+    assert_eq!(
+        env.down.seen(),
+        Seen {
+            calls: 3,
+            lookups: 1,
+            found: 1,
+            repeats: 0
+        }
+    );
+    assert_eq!(
+        (
+            env.down.applied("charge:Run"),
+            env.down.applied("confirm:Run")
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        Some(&result["outputs"]["charge"]),
+        env.down.output("charge:Run").as_ref(),
+        "the answer found by the lookup is the one recorded"
+    );
 }
 
 async fn decline_undoes_the_reservation(backend: &str) {
@@ -435,27 +525,37 @@ async fn a_late_refusal_undoes_every_step_before_it_in_reverse(backend: &str) {
 
 async fn a_stale_worker_is_fenced_out(backend: &str) {
     let env = env(backend).await;
-    let gate = Arc::new(Notify::new());
-    *env.down.hold.lock() = Some(Arc::clone(&gate));
+    // The charge's two attempts hang with their answers: A's after it
+    // applied the charge, B's after its lookup found it.
+    let (gate_a, gate_b) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    env.down
+        .hold
+        .lock()
+        .extend([Arc::clone(&gate_a), Arc::clone(&gate_b)]);
     let input = json!({ "sku": "tea" });
-    send(&env, "k-5", &input).await;
-    // Worker A claims the charge for 200 ms and hangs in the call.
+    let (_, doc) = body(&send(&env, "k-5", &input).await);
+    let id = uuid::Uuid::parse_str(doc["id"].as_str().unwrap()).unwrap();
     let metrics = Arc::new(idemkey::outbox::OutboxMetrics::default());
-    let stale = env
-        .flows
-        .attach(Worker::new(
-            env.db.clone(),
-            worker_settings(Duration::from_millis(200)),
-        ))
-        .with_metrics(Arc::clone(&metrics));
+    let worker = |lease| {
+        env.flows
+            .attach(Worker::new(env.db.clone(), worker_settings(lease)))
+            .with_metrics(Arc::clone(&metrics))
+    };
+    // Worker A claims the charge for 200 ms and hangs in the call.
+    let stale = worker(Duration::from_millis(200));
     let a = tokio::spawn(async move { stale.run_once().await });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    // Its lease ended: worker B takes the step over and finishes.
-    drain(&env.worker).await;
-    let (status, _) = body(&send(&env, "k-5", &input).await);
-    assert_eq!(status, 200);
-    // A wakes up and tries to record: fenced, nothing recorded twice.
-    gate.notify_one();
+    // Its lease ended: worker B takes the charge over and hangs too.
+    let taker = worker(Duration::from_secs(30));
+    let b = tokio::spawn(async move { taker.run_once().await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env.down.calls.load(Ordering::SeqCst) < 2 {
+        assert!(std::time::Instant::now() < deadline, "B never called");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A wakes up while B holds the step and tries to record: fenced, so
+    // the charge is not recorded by A (nor the flow moved on).
+    gate_a.notify_one();
     a.await.expect("join").expect("worker A");
     assert!(
         metrics
@@ -465,10 +565,49 @@ async fn a_stale_worker_is_fenced_out(backend: &str) {
         "{:?}",
         metrics.snapshot()
     );
+    let view = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    let names: Vec<&str> = view.row.steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["reserve"], "the fenced-out owner recorded a step");
+    // B records the charge; the confirmation follows.
+    gate_b.notify_one();
+    b.await.expect("join").expect("worker B");
+    drain(&env.worker).await;
+    // A's send applied the charge; B's take-over (flagged `maybe_sent`)
+    // looked the key up and found it; the confirmation was sent once.
+    assert_eq!(
+        env.down.seen(),
+        Seen {
+            calls: 3,
+            lookups: 1,
+            found: 1,
+            repeats: 0
+        }
+    );
     assert_eq!(env.down.applied("charge:Run"), 1);
+    assert_eq!(env.down.applied("confirm:Run"), 1);
     assert_eq!(stock(&env.db, "tea").await, 1);
-    let (status, _) = body(&send(&env, "k-5", &input).await);
-    assert_eq!(status, 200);
+    // One row per step, the charge's recorded by B's claim (the second).
+    let (status, result) = body(&send(&env, "k-5", &input).await);
+    assert_eq!(status, 200, "{result}");
+    let view = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    let rows: Vec<(&str, &str, i32)> = view
+        .row
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.state.as_str(), s.attempts))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("reserve", "done", 1),
+            ("charge", "done", 2),
+            ("confirm", "done", 1)
+        ]
+    );
+    assert_eq!(
+        Some(&result["outputs"]["charge"]),
+        env.down.output("charge:Run").as_ref()
+    );
 }
 
 async fn a_dead_step_is_listed_and_retried_like_the_outbox(backend: &str) {
@@ -482,7 +621,10 @@ async fn a_dead_step_is_listed_and_retried_like_the_outbox(backend: &str) {
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].effect, "flow-step");
     assert_eq!(dead[0].resource_id.as_deref(), doc["id"].as_str());
-    let (status, stalled) = body(&send(&env, "k-6", &input).await);
+    // A poll shows it dead (a retry of the key would revive it).
+    let id = uuid::Uuid::parse_str(doc["id"].as_str().unwrap()).unwrap();
+    let stalled = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    let (status, stalled) = body(&Outcome::Replayed(stalled.response));
     assert_eq!(
         (status, &stalled["steps"][1]["state"]),
         (202, &json!("dead"))
@@ -506,13 +648,22 @@ async fn ended_executions_are_trimmed_with_the_records(backend: &str) {
     let env = env(backend).await;
     let input = json!({ "sku": "none" });
     // Out of stock: ended in its first transaction.
-    let (status, _) = body(&send(&env, "k-8", &input).await);
-    assert_eq!(status, 409);
+    let (status, failed) = body(&send(&env, "k-8", &input).await);
+    assert_eq!(status, 409, "{failed}");
+    let ended = uuid::Uuid::parse_str(failed["id"].as_str().unwrap()).unwrap();
     let kept = env.db.trim(Duration::from_secs(3600), 100).await.unwrap();
     assert_eq!(kept.deleted, 0, "inside the retention: kept");
     tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        env.flows.poll("acct-1", ended).await.unwrap().is_some(),
+        "inside the retention: the execution is kept"
+    );
     let gone = env.db.trim(Duration::from_millis(1), 100).await.unwrap();
     assert!(gone.deleted >= 1, "{gone:?}");
+    assert!(
+        env.flows.poll("acct-1", ended).await.unwrap().is_none(),
+        "past the retention: the ended execution is trimmed with its record"
+    );
     let running = send(&env, "k-9", &json!({ "sku": "tea" })).await;
     assert_eq!(body(&running).0, 202);
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -522,6 +673,206 @@ async fn ended_executions_are_trimmed_with_the_records(backend: &str) {
         env.flows.poll("acct-1", id).await.unwrap().is_some(),
         "a running execution is never trimmed"
     );
+}
+
+/// Under `reexecute`, a retry past the replay window of an execution that
+/// has not ended resumes it (no second execution: no second reservation,
+/// no new step keys); once ended, its final answer replays for the whole
+/// window counted from the end, and only then may the key run again.
+async fn a_running_execution_is_never_re_executed(backend: &str) {
+    let env = env(backend).await;
+    let window = Duration::from_millis(400);
+    let options = Options {
+        expiry_policy: idemkey_core::ExpiryPolicy::Reexecute,
+        ..Options::new(window)
+    };
+    let input = json!({ "sku": "tea" });
+    let (status, first) = body(&send_with(&env, "k-r", &input, &options).await);
+    assert_eq!(status, 202);
+    // The charge has not run; the window the client asked for has passed.
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let (status, again) = body(&send_with(&env, "k-r", &input, &options).await);
+    assert_eq!((status, &again["id"]), (202, &first["id"]), "{again}");
+    assert_eq!(stock(&env.db, "tea").await, 1, "reserved once");
+    drain(&env.worker).await;
+    // Ended well past the window counted from the start: its answer
+    // replays, counted from the end.
+    let replayed = send_with(&env, "k-r", &input, &options).await;
+    assert!(matches!(replayed, Outcome::Replayed(_)), "{replayed:?}");
+    let (status, done) = body(&replayed);
+    assert_eq!((status, &done["id"]), (200, &first["id"]), "{done}");
+    assert_eq!(env.down.applied("charge:Run"), 1);
+    // Past the window after the end: the key runs again (a new execution).
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let (_, next) = body(&send_with(&env, "k-r", &input, &options).await);
+    assert_ne!(next["id"], first["id"], "{next}");
+    // Ended in its first transaction (out of stock): the window also
+    // counts from then, and closes.
+    let none = json!({ "sku": "none" });
+    let (status, _) = body(&send_with(&env, "k-n", &none, &options).await);
+    assert_eq!(status, 409);
+    let replayed = send_with(&env, "k-n", &none, &options).await;
+    assert!(matches!(replayed, Outcome::Replayed(_)), "{replayed:?}");
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let rerun = send_with(&env, "k-n", &none, &options).await;
+    assert!(matches!(rerun, Outcome::Executed(_)), "{rerun:?}");
+}
+
+/// A flow started before the window was kept open (its record's window
+/// counted from the start, as earlier versions stored it) still gets its
+/// window from its end.
+async fn an_earlier_versions_running_flow_gets_its_window_from_its_end(backend: &str) {
+    let env = env(backend).await;
+    let input = json!({ "sku": "tea" });
+    let (status, first) = body(&send(&env, "k-u", &input).await);
+    assert_eq!(status, 202);
+    // The record as the version before stored it: a window of 400 ms from
+    // the claim.
+    let shrink = match backend {
+        "postgres" => {
+            "UPDATE idempotency_records SET replay_until = created_at + interval '400 milliseconds', \
+             check_at = created_at + interval '400 milliseconds' WHERE key = 'k-u'"
+        }
+        _ => "UPDATE idempotency_records SET replay_until = created_at + 400 WHERE key = 'k-u'",
+    };
+    exec(&env.db, shrink).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    drain(&env.worker).await;
+    let options = Options {
+        expiry_policy: idemkey_core::ExpiryPolicy::Reexecute,
+        ..Options::new(Duration::from_millis(400))
+    };
+    let replayed = send_with(&env, "k-u", &input, &options).await;
+    assert!(matches!(replayed, Outcome::Replayed(_)), "{replayed:?}");
+    let (status, done) = body(&replayed);
+    assert_eq!((status, &done["id"]), (200, &first["id"]), "{done}");
+}
+
+async fn exec(db: &Db, sql: &'static str) {
+    match db {
+        Db::Postgres(pg) => {
+            pg.client()
+                .await
+                .expect("client")
+                .batch_execute(sql)
+                .await
+                .expect("sql");
+        }
+        Db::Sqlite(lite) => lite
+            .with_conn(move |conn| {
+                conn.execute_batch(sql)
+                    .map_err(idemkey::store::sqlite::sqlite_error)
+            })
+            .await
+            .expect("sql"),
+        _ => unreachable!(),
+    }
+}
+
+/// A step's budget is a duration: it is retried through an outage as long
+/// as the budget lasts (well past a count of attempts), then dead; a
+/// client's retry of the key revives it, looking the effect up first.
+async fn a_step_waits_out_an_outage_and_a_retry_revives_it(backend: &str) {
+    let env = env(backend).await;
+    let worker = env.flows.attach(Worker::new(
+        env.db.clone(),
+        WorkerSettings {
+            retry: RetryPolicy {
+                base_ms: 5,
+                cap_ms: 20,
+                max_attempts: u32::MAX,
+            },
+            retry_for: Duration::from_millis(600),
+            ..worker_settings(Duration::from_secs(30))
+        },
+    ));
+    env.down.down.store(true, Ordering::SeqCst);
+    let input = json!({ "sku": "tea" });
+    send(&env, "k-o", &input).await;
+    // Until the budget ends (not until the worker looks idle: under load a
+    // backoff can outlast `drain`'s idle rounds).
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while env.db.outbox_stats().await.unwrap().dead == 0 {
+            worker.run_once().await.expect("worker");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the budget ends");
+    let dead = env.db.outbox_list(Some("dead"), 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let tried = env.down.calls.load(Ordering::SeqCst);
+    assert!(
+        tried > 10,
+        "retried for the duration, not 10 times: {tried}"
+    );
+    assert_eq!(env.db.outbox_stats().await.unwrap().dead, 1);
+    // The provider is back; the client retries its key.
+    env.down.down.store(false, Ordering::SeqCst);
+    let lookups = env.down.lookups.load(Ordering::SeqCst);
+    let (status, _) = body(&send(&env, "k-o", &input).await);
+    assert_eq!(status, 202);
+    drain(&worker).await;
+    let (status, done) = body(&send(&env, "k-o", &input).await);
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(env.down.applied("charge:Run"), 1);
+    assert!(
+        env.down.lookups.load(Ordering::SeqCst) > lookups,
+        "the revived step looked its effect up first"
+    );
+    assert_eq!(env.db.outbox_stats().await.unwrap().dead, 0);
+}
+
+/// A downstream's `Retry-After` pauses its own step, not the others: a
+/// mail sink's hour-long pause leaves every charge running.
+async fn a_retry_after_pauses_only_its_step(backend: &str) {
+    let env = env(backend).await;
+    *env.down.retry_after.lock() = Some(("confirm", Duration::from_secs(3600)));
+    let input = json!({ "sku": "tea" });
+    send(&env, "k-p1", &input).await;
+    drain(&env.worker).await;
+    assert!(env.flows.paused_for("purchase", "confirm", false).is_some());
+    assert_eq!(env.flows.paused_for("purchase", "charge", false), None);
+    assert_eq!(env.worker.paused_for("flow-step"), None);
+    // Another purchase: its charge runs; its confirmation waits unsent.
+    send(&env, "k-p2", &input).await;
+    drain(&env.worker).await;
+    assert_eq!(env.down.applied("charge:Run"), 2);
+    let confirms = env
+        .down
+        .called
+        .lock()
+        .iter()
+        .filter(|s| **s == "confirm")
+        .count();
+    assert_eq!(confirms, 1, "the paused step is not called again");
+}
+
+/// A local step undone on one backend must be undone on the store's, or
+/// a failure after it would keep its effect (stock held) for good.
+async fn a_compensable_step_needs_the_undo_of_its_backend(backend: &str) {
+    let env = env(backend).await;
+    let noop =
+        |_: &rusqlite::Connection, _: StepContext| -> Result<Value, StepError> { Ok(Value::Null) };
+    let other = Local::new()
+        .postgres(|_, _| Box::pin(async { Ok(Value::Null) }))
+        .sqlite(noop);
+    let other = if backend == "postgres" {
+        other.sqlite_undo(noop)
+    } else {
+        other.postgres_undo(|_, _| Box::pin(async { Ok(Value::Null) }))
+    };
+    let flow = Flow::new("half").local("hold", other);
+    let refused = Flows::new(env.db.clone(), vec![flow], settings());
+    let err = refused.expect_err("no undo on this backend");
+    assert!(err.to_string().contains("undo"), "{err}");
+    // With both undos (or none), it is accepted.
+    assert!(Flows::new(env.db.clone(), vec![purchase(&env.down)], settings()).is_ok());
+    let plain = Local::new()
+        .postgres(|_, _| Box::pin(async { Ok(Value::Null) }))
+        .sqlite(noop);
+    let flow = Flow::new("plain").local("note", plain);
+    assert!(Flows::new(env.db.clone(), vec![flow], settings()).is_ok());
 }
 
 macro_rules! both {
@@ -544,5 +895,10 @@ both!(
     a_stale_worker_is_fenced_out,
     a_late_refusal_undoes_every_step_before_it_in_reverse,
     a_dead_step_is_listed_and_retried_like_the_outbox,
-    ended_executions_are_trimmed_with_the_records
+    ended_executions_are_trimmed_with_the_records,
+    a_running_execution_is_never_re_executed,
+    an_earlier_versions_running_flow_gets_its_window_from_its_end,
+    a_step_waits_out_an_outage_and_a_retry_revives_it,
+    a_retry_after_pauses_only_its_step,
+    a_compensable_step_needs_the_undo_of_its_backend
 );

@@ -35,8 +35,8 @@ use idemkey::Db;
 use idemkey::store::{RedisSettings, StoreSettings};
 use idemkey_core::{Decision, ExpiryPolicy, KeyProfile, OperationId, Stored, UnixMillis};
 use idemkey_model::{
-    Action, Answer, Bounds, Mode, Phase, Protocol, Redo, Rejection, Row, State, Status, Walk,
-    cover, fingerprint, transitions, walks,
+    ATTEMPTS, Action, Answer, Bounds, Mode, Phase, Protocol, Redo, Rejection, Row, State, Status,
+    Walk, cover, fingerprint, transitions, walks,
 };
 use idemkey_server::idempotency::{
     self, Answer as EngineAnswer, ClaimToken, Claimed, NewClaim, Policy, Read, Record, RecordKey,
@@ -292,7 +292,8 @@ struct Session {
 /// Where transactional requests get their connections.
 enum Connections {
     Postgres(idemkey::store::PgDb),
-    Sqlite(std::path::PathBuf),
+    /// The store (its table names) and its file.
+    Sqlite(idemkey::store::SqliteDb, std::path::PathBuf),
     /// Lease mode: none.
     None,
 }
@@ -498,7 +499,7 @@ impl Replay<'_> {
     ) -> Result<(), Stop> {
         let next = after.servers[usize::from(server)];
         match before.servers[usize::from(server)] {
-            Phase::Claim { client, .. } => {
+            Phase::Claim { client, changes } => {
                 let payload = before.clients[usize::from(client)].payload;
                 let claim = self.new_claim(before.next_token, payload);
                 let claimed = self.db.claim(&self.key, &claim).await.expect("claim");
@@ -515,7 +516,7 @@ impl Replay<'_> {
                 self.on_time(&read, before.clock)?;
                 let policy = self.policy();
                 let step = idempotency::step(&read, &self.key, fingerprint(payload), &policy);
-                self.same_step(&step, next, context)?;
+                Self::same_step(&step, (client, changes), next, context)?;
                 if let Step::TakeOver(_, record) = step {
                     self.previous.insert(server, record);
                 }
@@ -590,10 +591,10 @@ impl Replay<'_> {
         let key = self.key.clone();
         let done = match self.connections {
             Connections::Postgres(store) => {
-                let mut client = store.pool().get().await.expect("a connection");
+                let store = store.clone();
                 tokio::spawn(async move {
                     in_transaction::pg_in_transaction(
-                        &mut client,
+                        &store,
                         &key,
                         fingerprint(payload),
                         &options,
@@ -607,13 +608,14 @@ impl Replay<'_> {
                     .await
                 })
             }
-            Connections::Sqlite(path) => {
+            Connections::Sqlite(lite, path) => {
                 // A connection of its own: the transaction holds it (and
                 // the write lock) until the model ends it.
                 let conn = rusqlite::Connection::open(path).expect("open SQLite");
                 conn.busy_timeout(Duration::from_secs(10))
                     .expect("busy timeout");
                 tokio::spawn(in_transaction::sqlite_in_transaction_async(
+                    lite,
                     Arc::new(parking_lot::Mutex::new(conn)),
                     key,
                     fingerprint(payload),
@@ -730,8 +732,15 @@ impl Replay<'_> {
         Ok(())
     }
 
-    /// The engine's `step` on the store's read is the model's next phase.
-    fn same_step(&self, step: &Step, next: Phase, context: &str) -> Result<(), Stop> {
+    /// The engine's `step` on the store's read is the model's next phase;
+    /// `(client, changes)` is the request that claimed and how many claims
+    /// found the row changed before this one.
+    fn same_step(
+        step: &Step,
+        (client, changes): (u8, u8),
+        next: Phase,
+        context: &str,
+    ) -> Result<(), Stop> {
         match (step, next) {
             (
                 Step::Answer(EngineAnswer::Replayed(response)),
@@ -771,7 +780,29 @@ impl Replay<'_> {
                     "{context}: the engine decided {decision:?}, the model {redo:?}"
                 );
             }
-            (Step::Claim, Phase::Claim { .. } | Phase::Respond { .. }) => {}
+            // The engine found nothing to decide on (the row changed
+            // under the claim): it claims again, and answers 503 (the
+            // key's record kept changing) once `ATTEMPTS` claims found
+            // it so. The model must have done the same, not answered.
+            (Step::Claim, next) => {
+                let expected = if changes + 1 < ATTEMPTS {
+                    Phase::Claim {
+                        client,
+                        changes: changes + 1,
+                    }
+                } else {
+                    Phase::Respond {
+                        client,
+                        answer: Answer::Unavailable,
+                    }
+                };
+                ensure!(
+                    next == expected,
+                    "{context}: the engine claims again after claim {} of {ATTEMPTS} (503 after \
+                     the last), the model went to {next:?}",
+                    changes + 1
+                );
+            }
             (step, next) => {
                 return Err(Stop::Diverged(format!(
                     "{context}: the engine chose {step:?}, the model {next:?}"
@@ -910,13 +941,15 @@ async fn replay_on(store: &Store, bounds: &Bounds, walks: &[Walk]) -> Vec<String
             let db = &dbs[&unit];
             let connections = match (store.drive, db) {
                 (Drive::InTransaction, Db::Postgres(pg)) => Connections::Postgres(pg.clone()),
-                (Drive::InTransaction, _) => Connections::Sqlite(
+                (Drive::InTransaction, Db::Sqlite(lite)) => Connections::Sqlite(
+                    lite.clone(),
                     target
                         .url
                         .strip_prefix("sqlite://")
                         .expect("a SQLite URL")
                         .into(),
                 ),
+                (Drive::InTransaction, _) => unreachable!("in_transaction needs a SQL store"),
                 (Drive::Records, _) => Connections::None,
             };
             match replay_once(db, store, &connections, bounds, walk, unit).await {

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use idemkey_model::steps::{
-    Bounds, CHARGE, Defect, Event, RESERVE, StepAction, StepJournal, properties,
+    Bounds, CHARGE, Defect, Event, RESERVE, StepAction, StepJournal, StepState, properties,
 };
 use idemkey_model::{Walk, cover, transitions, walks};
 use stateright::{Checker, HasDiscoveries, Model as _};
@@ -142,6 +142,38 @@ fn compensation_in_forward_order_is_caught() {
 #[test]
 fn a_stuck_flow_is_caught() {
     counterexample(Defect::DeadLetterOnLostAnswer, properties::FINISHES);
+}
+
+/// A local step recorded compensated without its undo having run (a
+/// missing undo taken for done) ends a failed flow whose journal says the
+/// reservation was released while the store still holds it: only the end
+/// state's consistency sees it. The designed protocol, on the same events,
+/// runs the undo.
+#[test]
+fn a_compensation_recorded_without_its_undo_is_caught() {
+    let events = counterexample(Defect::CompensatedWithoutUndo, properties::ENDS_CONSISTENT);
+    let mut bounds = Bounds::small();
+    bounds.defect = Defect::CompensatedWithoutUndo;
+    let walk = Walk::follow(&StepJournal::new(bounds), &events);
+    let last = walk.states.last().expect("a state");
+    assert!(properties::finished(last), "{last:?}");
+    let reserve = usize::from(RESERVE);
+    assert_eq!(last.steps[reserve], Some(StepState::Compensated));
+    assert_eq!(
+        last.ghost.applied[reserve][StepAction::Compensate.index()],
+        0
+    );
+    let fixed = Walk::follow(&StepJournal::new(Bounds::small()), &events);
+    assert_eq!(
+        fixed.actions, events,
+        "the designed protocol allows each event"
+    );
+    let last = fixed.states.last().expect("a state");
+    assert_eq!(last.steps[reserve], Some(StepState::Compensated));
+    assert_eq!(
+        last.ghost.applied[reserve][StepAction::Compensate.index()],
+        1
+    );
 }
 
 /// The transitions a sample of the step journal's paths must make, for a

@@ -43,7 +43,8 @@
 //! step function's points `run_step` reached: whether it looked up is the
 //! library's `maybe_sent`), what each `run_step` and each `Flows::start`
 //! answered (202 with the running or compensating state document, the
-//! final 200 or 409 replayed).
+//! final 200 or 409 replayed with the body the model's end stands for:
+//! every step's output as its downstream answered, or the failed step).
 //!
 //! **What is not replayed as the model has it, and why.**
 //!
@@ -353,6 +354,7 @@ fn settings() -> FlowSettings {
         // Longer than any path: a paused call never times out.
         call_timeout: Duration::from_secs(600),
         location_prefix: "/purchases/".into(),
+        ..FlowSettings::default()
     }
 }
 
@@ -529,6 +531,59 @@ const fn step_state(state: StepState) -> &'static str {
     }
 }
 
+/// The final response's body the model's ended flow `state` stands for,
+/// in the flow's default rendering: done, the execution's id and every
+/// step's output (the local step's, and the answer the model's downstream
+/// gave each external one); failed, the `operation-failed` problem naming
+/// the model's refused step.
+fn final_body(state: &State, id: &Value, sku: &str) -> Result<Value, String> {
+    let Some(flow) = state.flow else {
+        return Err("the model has no flow".into());
+    };
+    match flow.state {
+        FlowState::Done => {
+            let mut outputs = serde_json::Map::new();
+            for (j, step) in FLOW.iter().enumerate() {
+                let output = if step.local {
+                    json!({ "sku": sku })
+                } else {
+                    match state.downstream[j][StepAction::Run.index()] {
+                        Some(Outcome::Ok) => {
+                            json!({ "id": format!("{}-{}", step.name, StepAction::Run.as_str()) })
+                        }
+                        other => {
+                            return Err(format!(
+                                "the model's flow is done but {}'s downstream holds {other:?}",
+                                step.name
+                            ));
+                        }
+                    }
+                };
+                outputs.insert(step.name.to_owned(), output);
+            }
+            Ok(json!({ "id": id, "outputs": outputs }))
+        }
+        FlowState::Failed => {
+            let Some(failed) = flow.failed_step else {
+                return Err("the model's flow failed at no step".into());
+            };
+            let name = FLOW[usize::from(failed)].name;
+            Ok(json!({
+                "type": "https://idemkey.dev/problems/operation-failed",
+                "title": "Operation failed",
+                "status": 409,
+                "detail": format!(
+                    "Step {name} failed: declined. The steps before it were undone."
+                ),
+                "code": "operation-failed",
+                "id": id,
+                "failed_step": name,
+            }))
+        }
+        other => Err(format!("the model's flow has not ended: {other:?}")),
+    }
+}
+
 struct Replay<'a> {
     db: &'a Db,
     flows: Flows,
@@ -539,6 +594,8 @@ struct Replay<'a> {
     slots: Vec<Slot>,
     /// The real lease of each model claim token.
     tokens: HashMap<u8, String>,
+    /// The execution's id, as the first transaction answered it.
+    flow_id: Value,
 }
 
 impl Replay<'_> {
@@ -654,12 +711,15 @@ impl Replay<'_> {
         };
         match (before.flow, &answer) {
             // The first transaction: 202, running.
-            (None, Answer::Executed(r)) => ensure!(
-                r.status == 202 && json(r)["state"] == "running",
-                "{context}: the first request answered {} {}",
-                r.status,
-                json(r)
-            ),
+            (None, Answer::Executed(r)) => {
+                ensure!(
+                    r.status == 202 && json(r)["state"] == "running",
+                    "{context}: the first request answered {} {}",
+                    r.status,
+                    json(r)
+                );
+                self.flow_id = json(r)["id"].clone();
+            }
             // A replay while it runs: 202, the state document.
             (Some(flow), Answer::Replayed(r)) if !flow.state.is_final() => ensure!(
                 r.status == 202 && json(r)["state"] == flow_state(flow.state),
@@ -681,6 +741,13 @@ impl Replay<'_> {
                     r.status,
                     json(r),
                     flow.state
+                );
+                let model = final_body(after, &self.flow_id, &self.sku)
+                    .map_err(|why| format!("{context}: {why}"))?;
+                ensure!(
+                    json(r) == model,
+                    "{context}: the final replay's body is {}, the model's {model}",
+                    json(r)
                 );
             }
             (flow, answer) => {
@@ -961,6 +1028,7 @@ async fn replay_walk(db: &Db, walk: &Walk<StepJournal>, n: usize) -> Result<(), 
             .map(|_| Slot::Idle)
             .collect(),
         tokens: HashMap::new(),
+        flow_id: Value::Null,
     };
     let result = async {
         replay

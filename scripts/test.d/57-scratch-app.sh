@@ -14,10 +14,14 @@
 #   - the database then holds exactly the library's tables,
 #     idempotency_records and idemkey_migrations, and nothing of the order
 #     service (accounts, api_tokens, orders, products, outbox,
-#     schema_migrations, ...).
+#     schema_migrations, ...);
+#   - the same crate resolved as a new user's would be (`cargo
+#     generate-lockfile`: the newest versions the manifests allow, not the
+#     repository's Cargo.lock) builds with warnings denied in our crates.
 # Builds into the shared target directory, so third-party crates are not
 # rebuilt; the scratch crate starts from the repository's Cargo.lock and
-# rust-toolchain.toml. Needs python3 (the HTTP client) and PostgreSQL's
+# rust-toolchain.toml. The fresh-lockfile build has a target directory of
+# its own under IDEMKEY_CACHE. Needs python3 (the HTTP client) and PostgreSQL's
 # server binaries (as the tests do).
 set -euo pipefail
 
@@ -158,6 +162,49 @@ BUILD_SECONDS=$((SECONDS - t0))
 BIN="$CARGO_TARGET_DIR/debug/idemkey-scratch-app"
 [[ -x $BIN ]] || fail "no binary at $BIN"
 
+# ---- the same crate, resolved as a new user's ---------------------------------
+
+# A new user gets the newest versions the manifests allow, not our
+# Cargo.lock: a dependency's newer release that deprecates what we call
+# prints warnings in their build. Cargo passes `--cap-lints allow` to
+# registry crates, so RUSTFLAGS' `-D warnings` reaches only the path
+# packages: idemkey, idemkey-core and the app. Its own target directory
+# (kept between runs, so only the versions released since are built again):
+# other versions and other RUSTFLAGS in the shared one would evict the
+# workspace's builds.
+FRESH_TARGET=${IDEMKEY_CACHE:-$HOME/.cache/idemkey}/scratch-fresh-target
+cp -r "$SCRATCH/app" "$SCRATCH/fresh"
+rm -rf "$SCRATCH/fresh/Cargo.lock" "$SCRATCH/fresh/target"
+# Every feature a user can ask for, not only the app's two: a deprecation
+# in a store the app does not use (Redis's TLS, say) reaches another user.
+sed -i 's/features = \["postgres", "layer"\]/features = ["postgres", "sqlite", "redis", "layer", "outbox", "flow", "serve", "clap"]/' \
+    "$SCRATCH/fresh/Cargo.toml"
+grep -q '"redis", "layer", "outbox"' "$SCRATCH/fresh/Cargo.toml" || fail "could not widen the fresh copy's idemkey features"
+t0=$SECONDS
+(cd "$SCRATCH/fresh" && cargo generate-lockfile -q) || fail "cargo generate-lockfile failed for the scratch crate"
+NEWER=$(python3 - "$ROOT/Cargo.lock" "$SCRATCH/fresh/Cargo.lock" <<'EOF'
+import sys, tomllib
+def versions(path):
+    found = {}
+    for p in tomllib.load(open(path, "rb"))["package"]:
+        found.setdefault(p["name"], set()).add(p["version"])
+    return found
+ours, fresh = versions(sys.argv[1]), versions(sys.argv[2])
+print(", ".join(f"{n} {'/'.join(sorted(ours[n]))} -> {'/'.join(sorted(v))}"
+                for n, v in sorted(fresh.items()) if n in ours and v - ours[n]))
+EOF
+)
+echo "fresh lockfile: newer than Cargo.lock: ${NEWER:-nothing}"
+# No debuginfo and no incremental cache: the same warnings, half the disk
+# and less time.
+if ! (cd "$SCRATCH/fresh" && env -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="${RUSTFLAGS:-} -D warnings" \
+    CARGO_PROFILE_DEV_DEBUG=0 CARGO_INCREMENTAL=0 CARGO_TARGET_DIR="$FRESH_TARGET" \
+    cargo build -q 2>"$SCRATCH/fresh.log"); then
+    grep -E -A8 '^(error|warning)' "$SCRATCH/fresh.log" | head -n 60 >&2 || tail -n 40 "$SCRATCH/fresh.log" >&2
+    fail "the scratch crate with a fresh lockfile does not build warning-free (newer than Cargo.lock: ${NEWER:-nothing})"
+fi
+FRESH_SECONDS=$((SECONDS - t0))
+
 # ---- its dependency tree -----------------------------------------------------
 
 TREE=$(cd "$SCRATCH/app" && cargo tree -q -e normal --prefix none --format '{p}' | awk '{print $1}' | sort -u)
@@ -256,4 +303,5 @@ fi
 
 echo "57-scratch-app: a path-dependent axum app (postgres+layer) replays one key once, creates only" \
     "idempotency_records + idemkey_migrations, tree without rusqlite/redis/clap/reqwest" \
-    "(build ${BUILD_SECONDS}s, total $((SECONDS - STARTED))s)"
+    "and builds warning-free on a fresh lockfile" \
+    "(build ${BUILD_SECONDS}s, fresh lockfile ${FRESH_SECONDS}s, total $((SECONDS - STARTED))s)"

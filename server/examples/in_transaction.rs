@@ -33,6 +33,8 @@ const OPERATION: OperationId = OperationId::from_static("POST /payments:v1");
 
 #[derive(Clone)]
 struct App {
+    /// The store: its table names for the records.
+    store: idemkey::store::SqliteDb,
     conn: Arc<Mutex<rusqlite::Connection>>,
     /// The one account of this demo (a real app takes it from its auth).
     account: AccountId,
@@ -66,22 +68,29 @@ async fn pay(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Respons
         ..Options::new(Duration::from_secs(24 * 3600))
     };
     let account = app.account.0.to_string();
-    let outcome = sqlite_in_transaction_async(app.conn, record, fingerprint, options, move |tx| {
-        // The app's own effect, in the transaction that stores the record.
-        tx.execute(
-            "INSERT INTO payments (account_id, cents) VALUES (?1, ?2)",
-            rusqlite::params![account, cents],
-        )?;
-        let id = tx.last_insert_rowid();
-        Ok::<_, rusqlite::Error>(
-            StoredResponse::new(
-                201,
-                serde_json::json!({ "id": id, "cents": cents }).to_string(),
+    let outcome = sqlite_in_transaction_async(
+        &app.store,
+        app.conn,
+        record,
+        fingerprint,
+        options,
+        move |tx| {
+            // The app's own effect, in the transaction that stores the record.
+            tx.execute(
+                "INSERT INTO payments (account_id, cents) VALUES (?1, ?2)",
+                rusqlite::params![account, cents],
+            )?;
+            let id = tx.last_insert_rowid();
+            Ok::<_, rusqlite::Error>(
+                StoredResponse::new(
+                    201,
+                    serde_json::json!({ "id": id, "cents": cents }).to_string(),
+                )
+                .with_header("content-type", "application/json")
+                .with_header("location", &format!("/payments/{id}")),
             )
-            .with_header("content-type", "application/json")
-            .with_header("location", &format!("/payments/{id}")),
-        )
-    })
+        },
+    )
     .await;
     match outcome {
         Ok(outcome) => outcome.into_response(),
@@ -128,7 +137,11 @@ async fn open(path: &Path) -> Result<App, Box<dyn std::error::Error>> {
              account_id TEXT NOT NULL REFERENCES accounts (id),
              cents      INTEGER NOT NULL CHECK (cents > 0));",
     )?;
+    let Db::Sqlite(sqlite) = store else {
+        unreachable!("a sqlite:// URL")
+    };
     Ok(App {
+        store: idemkey::store::SqliteDb::clone(&sqlite),
         conn: Arc::new(Mutex::new(conn)),
         account,
     })

@@ -1,6 +1,6 @@
 //! Someone else's service with an effect outside its database: a sign-up
 //! commits its row and a `welcome-mail` message in one transaction
-//! (`in_transaction` + `sqlite_enqueue`), and a `Worker` with the app's own
+//! (`in_transaction` + `tx.enqueue`), and a `Worker` with the app's own
 //! delivery function sends the mail to a mail API over HTTP, with the
 //! message's derived key as its `Idempotency-Key`. The first send's answer
 //! is lost on purpose: the worker tries again, the delivery function looks
@@ -24,7 +24,7 @@ use idemkey::outbox::{Delivery, Worker, WorkerSettings};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
 use idemkey_server::db::{Db, PgSettings, TokenHash};
 use idemkey_server::idempotency::{RecordKey, StoredResponse};
-use idemkey_server::in_transaction::{Options, sqlite_enqueue, sqlite_in_transaction_async};
+use idemkey_server::in_transaction::{Options, sqlite_in_transaction_async};
 use parking_lot::Mutex;
 
 const OPERATION: OperationId = OperationId::from_static("POST /signups:v1");
@@ -80,13 +80,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fingerprint = Fingerprint::of_json(&OPERATION, r#"{"email":"ana@example.com"}"#)?;
     let message_key = key.clone();
     let outcome = sqlite_in_transaction_async(
+        sqlite,
         sqlite.connection(),
         key,
         fingerprint,
         Options::new(Duration::from_secs(86_400)),
         move |tx| {
             // (the app's own INSERT of the user goes here)
-            sqlite_enqueue(tx, &message_key, "welcome-mail", None, "Welcome, Ana!")?;
+            tx.enqueue(&message_key, "welcome-mail", None, "Welcome, Ana!")?;
             Ok::<_, idemkey_server::db::StoreError>(StoredResponse::new(201, "{}"))
         },
     )

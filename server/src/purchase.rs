@@ -68,6 +68,7 @@ pub fn flows(
         wait,
         call_timeout,
         location_prefix: PURCHASES_PATH.to_owned(),
+        ..FlowSettings::default()
     };
     Ok(Flows::new(db.store(), vec![flow(client)], settings)?.with_waker(wake))
 }

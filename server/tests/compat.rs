@@ -339,6 +339,7 @@ const AFTER_THE_SHARED_LIST: &[&str] = &[
     "provider-sim/3",
     "records/2",
     "records/3",
+    "records/4",
     "steps/1",
     "steps/2",
 ];
@@ -425,7 +426,10 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
         "steps/1",
     ];
     match backend {
-        Backend::Postgres => applied.insert(7, "records/3"),
+        Backend::Postgres => {
+            applied.insert(7, "records/3");
+            applied.insert(8, "records/4");
+        }
         Backend::Sqlite => {
             applied.insert(5, "outbox/3");
             applied.push("steps/2");

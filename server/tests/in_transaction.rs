@@ -33,7 +33,11 @@ impl Drop for TempDir {
 
 enum Db {
     Pg(PgDb),
-    Sqlite { path: PathBuf, _dir: TempDir },
+    Sqlite {
+        store: idemkey::store::SqliteDb,
+        path: PathBuf,
+        _dir: TempDir,
+    },
 }
 
 struct Env {
@@ -114,8 +118,12 @@ async fn sqlite() -> Env {
             "CREATE TABLE payments (id INTEGER PRIMARY KEY, account_id TEXT NOT NULL, cents INTEGER NOT NULL)",
         )
         .expect("payments");
+    let AnyDb::Sqlite(store) = store else {
+        panic!("an SQLite URL opens SQLite")
+    };
     Env {
         db: Db::Sqlite {
+            store: idemkey::store::SqliteDb::clone(&store),
             path,
             _dir: TempDir(dir),
         },
@@ -183,34 +191,27 @@ async fn pay_with_status(
     let account = env.account.0;
     match &env.db {
         Db::Pg(store) => {
-            let mut client = store.pool().get().await.expect("client");
-            pg_in_transaction(
-                &mut client,
-                &call.key,
-                call.fingerprint,
-                &options,
-                move |tx| {
-                    Box::pin(async move {
-                        tx.execute(
-                            "INSERT INTO payments (account_id, cents) VALUES ($1, $2)",
-                            &[&account, &i32::try_from(cents).expect("cents")],
-                        )
-                        .await
-                        .map_err(|e| e.to_string())?;
-                        tokio::time::sleep(delay).await;
-                        if fail {
-                            return Err("the provider said no".to_owned());
-                        }
-                        Ok(response(cents, status))
-                    })
-                },
-            )
+            pg_in_transaction(store, &call.key, call.fingerprint, &options, move |tx| {
+                Box::pin(async move {
+                    tx.execute(
+                        "INSERT INTO payments (account_id, cents) VALUES ($1, $2)",
+                        &[&account, &i32::try_from(cents).expect("cents")],
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    tokio::time::sleep(delay).await;
+                    if fail {
+                        return Err("the provider said no".to_owned());
+                    }
+                    Ok(response(cents, status))
+                })
+            })
             .await
         }
-        Db::Sqlite { path, .. } => {
+        Db::Sqlite { store, path, .. } => {
             let conn = Arc::new(Mutex::new(open_sqlite(path)));
             let (key, fingerprint) = (call.key.clone(), call.fingerprint);
-            sqlite_in_transaction_async(conn, key, fingerprint, options, move |tx| {
+            sqlite_in_transaction_async(store, conn, key, fingerprint, options, move |tx| {
                 tx.execute(
                     "INSERT INTO payments (account_id, cents) VALUES (?1, ?2)",
                     rusqlite::params![account.to_string(), cents],

@@ -19,7 +19,7 @@ use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPo
 use idemkey_server::db::{AccountId, Db, PgSettings, TokenHash};
 use idemkey_server::idempotency::{RecordKey, StoredResponse};
 use idemkey_server::in_transaction::{
-    Options, Outcome, pg_enqueue, pg_in_transaction, sqlite_enqueue, sqlite_in_transaction_async,
+    Options, Outcome, pg_in_transaction, sqlite_in_transaction_async,
 };
 use parking_lot::Mutex;
 
@@ -59,11 +59,10 @@ async fn sign_up(db: &Db, key: &RecordKey, status: u16) -> Outcome {
     let response = StoredResponse::new(status, "{}");
     match db {
         Db::Postgres(pg) => {
-            let mut client = pg.pool().get().await.expect("connection");
             let key2 = key.clone();
-            pg_in_transaction(&mut client, key, fingerprint, &options, move |tx| {
+            pg_in_transaction(pg, key, fingerprint, &options, move |tx| {
                 Box::pin(async move {
-                    pg_enqueue(tx, &key2, "welcome-mail", None, payload).await?;
+                    tx.enqueue(&key2, "welcome-mail", None, payload).await?;
                     Ok::<_, idemkey_server::db::StoreError>(response)
                 })
             })
@@ -73,12 +72,13 @@ async fn sign_up(db: &Db, key: &RecordKey, status: u16) -> Outcome {
         Db::Sqlite(sqlite) => {
             let key2 = key.clone();
             sqlite_in_transaction_async(
+                sqlite,
                 sqlite.connection(),
                 key.clone(),
                 fingerprint,
                 options,
                 move |tx| {
-                    sqlite_enqueue(tx, &key2, "welcome-mail", None, payload)?;
+                    tx.enqueue(&key2, "welcome-mail", None, payload)?;
                     Ok::<_, idemkey_server::db::StoreError>(response)
                 },
             )
@@ -99,6 +99,7 @@ fn fast() -> WorkerSettings {
             cap_ms: 50,
             max_attempts: 3,
         },
+        retry_for: idemkey::outbox::DEFAULT_RETRY_FOR,
     }
 }
 

@@ -20,9 +20,7 @@ use idemkey::outbox::{
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
 use idemkey_server::db::{AccountId, Db, PgSettings, TokenHash};
 use idemkey_server::idempotency::{RecordKey, StoredResponse};
-use idemkey_server::in_transaction::{
-    Options, pg_enqueue, pg_in_transaction, sqlite_enqueue, sqlite_in_transaction_async,
-};
+use idemkey_server::in_transaction::{Options, pg_in_transaction, sqlite_in_transaction_async};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -60,11 +58,10 @@ async fn enqueue(db: &Db, account: AccountId, key: &str, effect: &'static str) {
     let payload = r#"{"to":"a@example.com"}"#;
     match db {
         Db::Postgres(pg) => {
-            let mut client = pg.pool().get().await.expect("connection");
             let key2 = key.clone();
-            pg_in_transaction(&mut client, &key, fingerprint, &options, move |tx| {
+            pg_in_transaction(pg, &key, fingerprint, &options, move |tx| {
                 Box::pin(async move {
-                    pg_enqueue(tx, &key2, effect, None, payload).await?;
+                    tx.enqueue(&key2, effect, None, payload).await?;
                     Ok::<_, idemkey_server::db::StoreError>(response)
                 })
             })
@@ -74,12 +71,13 @@ async fn enqueue(db: &Db, account: AccountId, key: &str, effect: &'static str) {
         Db::Sqlite(sqlite) => {
             let key2 = key.clone();
             sqlite_in_transaction_async(
+                sqlite,
                 sqlite.connection(),
                 key,
                 fingerprint,
                 options,
                 move |tx| {
-                    sqlite_enqueue(tx, &key2, effect, None, payload)?;
+                    tx.enqueue(&key2, effect, None, payload)?;
                     Ok::<_, idemkey_server::db::StoreError>(response)
                 },
             )
@@ -101,6 +99,7 @@ fn settings(batch: u32, concurrency: u32) -> WorkerSettings {
             cap_ms: 50,
             max_attempts: 5,
         },
+        retry_for: Duration::from_secs(3600),
     }
 }
 

@@ -222,7 +222,7 @@ async fn migrations_run_through_pgbouncer_once_from_two_processes() {
             "SELECT string_agg(component || '/' || version, ',' ORDER BY component, version) \
              FROM idemkey_migrations"
         ),
-        "orders/1,orders/2,orders/3,outbox/1,outbox/2,records/1,records/2,records/3,steps/1"
+        "orders/1,orders/2,orders/3,outbox/1,outbox/2,records/1,records/2,records/3,records/4,steps/1"
     );
     // No session is left holding a lock (a session-level advisory lock
     // would stay on a server connection after its client went away).
@@ -317,14 +317,17 @@ async fn pay(pg: PgDb, account: AccountId, key: String) -> Outcome {
     let mut options = Options::new(Duration::from_secs(3600));
     // SET LOCAL: transaction-scoped, so fine behind the pooler.
     options.lock_timeout = Some(Duration::from_secs(2));
-    let mut client = pg.pool().get().await.expect("client");
-    pg_in_transaction(&mut client, &record, fingerprint, &options, |tx| {
+    pg_in_transaction(&pg, &record, fingerprint, &options, |tx| {
         Box::pin(async move {
-            // The caller's own statement, prepared and closed inside the
-            // transaction (one server connection throughout).
-            tx.execute("INSERT INTO payments (key) VALUES ($1)", &[&key])
-                .await
-                .map_err(|e| e.to_string())?;
+            // The caller's own statement, unnamed (a named one could meet
+            // another client's of the same name on the pooler's server
+            // connection).
+            tx.execute_typed(
+                "INSERT INTO payments (key) VALUES ($1)",
+                &[(&key, tokio_postgres::types::Type::TEXT)],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             Ok::<_, String>(StoredResponse::new(201, format!(r#"{{"key":"{key}"}}"#)))
         })
     })
@@ -355,12 +358,14 @@ async fn behind_pgbouncer_the_role_must_hold_the_timeouts() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ALTER ROLE"), "{stderr}");
     // Without --pg-pooler, PgBouncer refuses the startup parameter that
-    // carries the timeouts of a direct connection.
+    // carries the timeouts of a direct connection, and the error says
+    // which flag the user forgot.
     let stderr = refused_without_flag(&b.url);
     assert!(
         stderr.contains("unsupported startup parameter: options"),
         "{stderr}"
     );
+    assert!(stderr.contains("use --pg-pooler transaction"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

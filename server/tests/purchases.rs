@@ -63,6 +63,17 @@ async fn listed(provider: &Server, path: &str, member: &str) -> Vec<Value> {
     list.json()[member].as_array().cloned().unwrap_or_default()
 }
 
+/// The provider's request log of every effect (`GET /requests?effect=all`),
+/// by effect, each effect's handler runs named `charge` (see
+/// `idemkey_testkit::request_log_by_effect`).
+async fn requests_by_effect(
+    provider: &Server,
+) -> std::collections::BTreeMap<String, Vec<idemkey_testkit::LoggedRequest>> {
+    let log = provider.get(SECRET, "/requests?effect=all").await;
+    assert_eq!(log.status, 200, "{}", log.body);
+    idemkey_testkit::request_log_by_effect(&log.json()).expect("a request log")
+}
+
 fn step_key(account: &str, key: &str, flow: &str, step: &str, action: StepAction) -> String {
     let key = IdempotencyKey::parse(key.as_bytes(), KeyProfile::Lenient).expect("key");
     step_downstream_key_of(
@@ -179,6 +190,7 @@ async fn a_declined_charge_releases_the_stock_and_ends_402() {
         let provider = provider(&provider_env, &[]);
         let server = serve(&env, &flags(&provider, &[]));
         let before = stock(&env, "DECLINE-TEST");
+        let account = env.sql("SELECT id FROM accounts LIMIT 1");
         let key = new_key();
         let body = r#"{"sku":"DECLINE-TEST","quantity":1}"#;
         let first = post(&server, &token, &key, body).await;
@@ -215,6 +227,24 @@ async fn a_declined_charge_releases_the_stock_and_ends_402() {
                 .await
                 .is_empty()
         );
+        // Declined before anything was stored: no charge at the provider,
+        // so nothing to refund; the charge was asked for, and no refund or
+        // confirmation ever was.
+        assert!(listed(&provider, "/charges", "charges").await.is_empty());
+        assert!(listed(&provider, "/refunds", "refunds").await.is_empty());
+        let by_effect = requests_by_effect(&provider).await;
+        assert_eq!(
+            by_effect.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["charges"],
+            "{by_effect:?}"
+        );
+        let charge = step_key(&account, &key, &id, "charge", StepAction::Run);
+        let counts = idemkey_testkit::counts_by_key(&by_effect["charges"]);
+        assert_eq!(
+            counts.keys().copied().collect::<Vec<_>>(),
+            [charge.as_str()]
+        );
+        assert_eq!(counts[charge.as_str()].charges, 0, "{counts:?}");
     }
 }
 
@@ -242,9 +272,33 @@ async fn lost_answers_are_looked_up_and_each_effect_happens_once() {
                 .len(),
             3
         );
-        let log = provider.provider_requests(SECRET).await;
-        let violations = idemkey_testkit::request_log_violations(&log);
-        assert!(violations.is_empty(), "{violations:?}");
+        // Every effect's log, not only the charges': each key sent once,
+        // its answer lost, looked up once and found (a lookup before any
+        // resend; no second run).
+        let by_effect = requests_by_effect(&provider).await;
+        assert_eq!(
+            by_effect.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["charges", "confirmations"],
+            "{by_effect:?}"
+        );
+        for (effect, log) in &by_effect {
+            let violations = idemkey_testkit::request_log_violations(log);
+            assert!(violations.is_empty(), "{effect}: {violations:?}");
+            let counts = idemkey_testkit::counts_by_key(log);
+            assert_eq!(counts.len(), 3, "{effect}: {counts:?}");
+            for (key, c) in counts {
+                assert_eq!(
+                    c,
+                    idemkey_testkit::KeyCounts {
+                        requests: 1,
+                        lookups: 1,
+                        charges: 1
+                    },
+                    "{effect} under {key}: sent once, its lost answer found by one lookup"
+                );
+            }
+        }
+        assert!(listed(&provider, "/refunds", "refunds").await.is_empty());
     }
 }
 

@@ -79,7 +79,8 @@ pub use clock::{SKEW_TOLERANCE_SECS, check_clock_skew, clock_offset_secs, faketi
 pub use figures::{FIGURES_VAR, publish_figures};
 pub use pgbouncer::{PGBOUNCER, PgBouncer, PgBouncerOptions};
 pub use provider_log::{
-    KeyCounts, LoggedRequest, counts_by_key, parse_request_log, request_log_violations,
+    KeyCounts, LoggedRequest, counts_by_key, parse_request_log, request_log_by_effect,
+    request_log_violations,
 };
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
 pub use tls::{PgTls, SERVER_NAME};

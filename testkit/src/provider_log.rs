@@ -39,6 +39,35 @@ pub fn parse_request_log(body: &serde_json::Value) -> Option<Vec<LoggedRequest>>
         .collect()
 }
 
+/// The rows of a `GET /requests?effect=all` answer, by effect (`charges`,
+/// `confirmations`, `refunds`): each effect's handler runs (`charge`,
+/// `confirmation`, `refund`) are named `charge`, so that
+/// [`request_log_violations`] and [`counts_by_key`] hold every effect to
+/// the discipline they hold the charges to (the fault suite's checker
+/// reads the log the same way). `None` if it is not such an answer.
+pub fn request_log_by_effect(
+    body: &serde_json::Value,
+) -> Option<BTreeMap<String, Vec<LoggedRequest>>> {
+    let mut by_effect: BTreeMap<String, Vec<LoggedRequest>> = BTreeMap::new();
+    for r in body["requests"].as_array()? {
+        let kind = match r["kind"].as_str()? {
+            "request" => "request",
+            "lookup" => "lookup",
+            _ => "charge",
+        };
+        by_effect
+            .entry(r["effect"].as_str()?.to_owned())
+            .or_default()
+            .push(LoggedRequest {
+                seq: r["seq"].as_i64()?,
+                kind: kind.to_owned(),
+                idempotency_key: r["idempotency_key"].as_str()?.to_owned(),
+                order_id: r["order_id"].as_str().map(str::to_owned),
+            });
+    }
+    Some(by_effect)
+}
+
 /// How often each kind of row occurs for one key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyCounts {
@@ -156,6 +185,34 @@ mod tests {
         assert_eq!(parse_request_log(&serde_json::json!({"charges": []})), None);
         assert_eq!(
             parse_request_log(&serde_json::json!({"requests": [{"seq": 1}]})),
+            None
+        );
+    }
+
+    #[test]
+    fn every_effect_is_read_with_its_runs_named_charge() {
+        let body = serde_json::json!({"requests": [
+            {"seq": 1, "kind": "request", "effect": "charges", "idempotency_key": "k", "order_id": null},
+            {"seq": 2, "kind": "charge", "effect": "charges", "idempotency_key": "k", "order_id": "o"},
+            {"seq": 3, "kind": "request", "effect": "confirmations", "idempotency_key": "j", "order_id": null},
+            {"seq": 4, "kind": "confirmation", "effect": "confirmations", "idempotency_key": "j", "order_id": "o"},
+            {"seq": 5, "kind": "request", "effect": "confirmations", "idempotency_key": "j", "order_id": null},
+        ]});
+        let by_effect = request_log_by_effect(&body).expect("a log");
+        assert_eq!(
+            by_effect["charges"],
+            [
+                row(1, "request", "k", None),
+                row(2, "charge", "k", Some("o"))
+            ]
+        );
+        let confirmations = &by_effect["confirmations"];
+        assert_eq!(confirmations[1], row(4, "charge", "j", Some("o")));
+        // The confirmation sent again without a lookup is caught.
+        let v = request_log_violations(confirmations);
+        assert!(v.len() == 1 && v[0].contains("#5"), "{v:?}");
+        assert_eq!(
+            request_log_by_effect(&serde_json::json!({"requests": [{"seq": 1, "kind": "lookup"}]})),
             None
         );
     }

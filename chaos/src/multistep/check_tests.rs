@@ -89,6 +89,7 @@ fn history() -> PurchaseHistory {
             ),
         ],
         elapsed: Duration::ZERO,
+        lost_clients: Vec::new(),
     }
 }
 

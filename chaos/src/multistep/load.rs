@@ -177,6 +177,9 @@ pub struct PurchaseHistory {
     pub purchases: Vec<PurchaseRun>,
     /// Wall time of the load.
     pub elapsed: Duration,
+    /// Clients whose task ended without handing its purchases back (it
+    /// panicked): their purchases are unchecked, so the run fails.
+    pub lost_clients: Vec<String>,
 }
 
 /// How the clients run.
@@ -231,17 +234,28 @@ pub async fn run_clients(
             done
         }));
     }
-    let mut purchases = Vec::new();
-    for task in tasks {
-        if let Ok(mut done) = task.await {
-            purchases.append(&mut done);
-        }
-    }
+    let (purchases, lost_clients) = join_clients(tasks).await;
     PurchaseHistory {
         accounts,
         purchases,
         elapsed: started.elapsed(),
+        lost_clients,
     }
+}
+
+/// Every client task's results, in order, and one line per task that
+/// ended without them (it panicked or was cancelled).
+async fn join_clients<T>(tasks: Vec<tokio::task::JoinHandle<Vec<T>>>) -> (Vec<T>, Vec<String>) {
+    let (mut done, mut lost) = (Vec::new(), Vec::new());
+    for (c, task) in tasks.into_iter().enumerate() {
+        match task.await {
+            Ok(mut results) => done.append(&mut results),
+            Err(err) => lost.push(format!(
+                "client {c} ended without its purchases ({err}): they went unchecked"
+            )),
+        }
+    }
+    (done, lost)
 }
 
 /// The wait a `Retry-After` asks for, at most a second (the clients are
@@ -387,6 +401,30 @@ async fn exchange(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panicked_client_is_reported_not_dropped() {
+        let rt = crate::kit::runtime().expect("runtime");
+        let (done, lost) = rt.block_on(async {
+            let tasks = vec![
+                tokio::spawn(async { vec![1, 2] }),
+                tokio::spawn(async {
+                    if true {
+                        panic!("a client's bug");
+                    }
+                    vec![3]
+                }),
+                tokio::spawn(async { vec![4] }),
+            ];
+            join_clients(tasks).await
+        });
+        assert_eq!(done, [1, 2, 4]);
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        assert!(
+            lost[0].starts_with("client 1 ended without its purchases"),
+            "{lost:?}"
+        );
+    }
 
     fn answer(ask: Ask, status: u16, body: &str, location: Option<&str>) -> Answer {
         Answer {

@@ -8,9 +8,13 @@
 //! moments and started again (their claims taken over once the short
 //! lease ends), and an order server is killed and started again. Some
 //! purchases are declined (the charge refused, the reservation released)
-//! and some find their sku out of stock. Once every execution ended and no
-//! step message is pending, `check::check` holds each system's own store
-//! to what the clients saw.
+//! and some find their sku out of stock. Once, the provider is down for
+//! longer than the attempt budget earlier versions had (10 deliveries,
+//! about 3 s at these backoffs, when steps were dead-lettered and their
+//! purchases stranded `running`): the steps wait it out. Once every
+//! execution ended and no step message is pending, `check::check` holds
+//! each system's own store to what the clients saw (every purchase done or
+//! failed, one charge at most each, no stock held).
 
 mod check;
 mod check_stores;
@@ -36,6 +40,11 @@ use crate::servers::{Role, ServerSet, server_bin, tail};
 /// committed whose answer is lost.
 const FAIL_RATE: &str = "0.05";
 const LOSE_RATE: &str = "0.2";
+
+/// How long the provider is down, once: several times the budget of the 10
+/// deliveries earlier versions dead-lettered a step after (50-500 ms
+/// backoffs: about 3 s).
+const OUTAGE: Duration = Duration::from_secs(10);
 
 /// Runs the scenario; `dir` keeps the processes' logs.
 pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
@@ -118,8 +127,8 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         "50ms",
         "--outbox-retry-cap",
         "500ms",
-        "--outbox-max-attempts",
-        "200",
+        // The default budget (--outbox-retry-for 12h): the outage below is
+        // waited out.
         "--outbox-poll",
         "100ms",
     ]);
@@ -141,7 +150,16 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     };
     let done = AtomicBool::new(false);
     let (history, mut tally) = thread::scope(|scope| {
-        let injector = scope.spawn(|| inject(size, &mut rng, &mut workers, &mut servers, &done));
+        let injector = scope.spawn(|| {
+            inject(
+                size,
+                &mut rng,
+                &mut workers,
+                &mut servers,
+                &mut provider,
+                &done,
+            )
+        });
         let history = rt.block_on(load::run_clients(cfg, bases, accounts, plan));
         done.store(true, Ordering::SeqCst);
         let tally = injector.join().unwrap_or_else(|_| {
@@ -154,6 +172,7 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     // Every process the purchases need runs while they settle.
     workers.revive();
     servers.revive();
+    provider.revive();
     let settled = rt.block_on(facts::settle(&url, Duration::from_secs(size.pick(40, 180))));
     match &settled {
         Ok(waited) => tally.notes.push(format!(
@@ -217,6 +236,7 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
             );
             report.notes.extend(checked.figures);
             report.violations.extend(checked.violations);
+            require_hard_paths(&mut report, figures::takeovers(&store), found);
         }
         Err(err) => report
             .violations
@@ -227,6 +247,24 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
         report.notes.extend(timeline);
     }
     Ok(report)
+}
+
+/// The hard paths the scenario is for, required as its faults are: a kill
+/// that interrupted a step (a claim taken over before it settled) and a
+/// lost answer that needed a lookup to be found again. A run with neither
+/// would pass with those paths never exercised.
+fn require_hard_paths(report: &mut Report, takeovers: i64, found_by_lookup: u64) {
+    if takeovers == 0 {
+        report.violations.push(
+            "no kill interrupted a step (no claim was taken over): the take-over path never ran"
+                .into(),
+        );
+    }
+    if found_by_lookup == 0 {
+        report
+            .violations
+            .push("no lost answer was found again by a lookup: the lookup path never ran".into());
+    }
 }
 
 /// Sleeps up to `d`, returning early (false) once `done` is set.
@@ -248,12 +286,17 @@ fn inject(
     rng: &mut Rng,
     workers: &mut ServerSet,
     servers: &mut ServerSet,
+    provider: &mut ServerSet,
     done: &AtomicBool,
 ) -> Tally {
     let mut t = Tally::default();
     let every = size.pick(3, 6);
     let mut round = 0u64;
     while nap(done, Duration::from_millis(rng.range(300, 1_200))) {
+        // Early in the run, so every purchase placed then waits it out.
+        if round == 2 {
+            outage(provider, &mut t);
+        }
         let victims = if rng.chance(0.2) {
             vec![0, 1]
         } else {
@@ -294,7 +337,11 @@ fn inject(
         }
         round += 1;
     }
-    for (what, kind) in [("worker", "worker-kill-9"), ("server", "server-kill-9")] {
+    for (what, kind) in [
+        ("worker", "worker-kill-9"),
+        ("server", "server-kill-9"),
+        ("provider outage", "provider-outage"),
+    ] {
         if !t.faults.contains_key(kind) {
             t.violations.push(format!(
                 "the load ended before any {what} was killed: the scenario did not run as written"
@@ -302,6 +349,27 @@ fn inject(
         }
     }
     t
+}
+
+/// The provider down for [`OUTAGE`] (killed, then started again on its
+/// port, its database kept): every step due meanwhile finds no provider.
+fn outage(provider: &mut ServerSet, t: &mut Tally) {
+    match provider.kill9(0) {
+        Ok(true) => {
+            t.add("provider-outage");
+            t.at(format!("the provider is down for {} s", OUTAGE.as_secs()));
+        }
+        Ok(false) => return,
+        Err(err) => {
+            t.violations.push(format!("kill -9 of the provider: {err}"));
+            return;
+        }
+    }
+    thread::sleep(OUTAGE);
+    match provider.spawn(0) {
+        Ok(()) => t.at("the provider is back".to_owned()),
+        Err(err) => t.violations.push(format!("provider restart failed: {err}")),
+    }
 }
 
 /// The report of the clients' side and the injector's tally (its
@@ -327,6 +395,7 @@ fn report(history: &load::PurchaseHistory, tally: Tally) -> Report {
     }
     r.notes.extend(tally.notes);
     r.violations.extend(tally.violations);
+    r.violations.extend(history.lost_clients.iter().cloned());
     r
 }
 
@@ -390,6 +459,40 @@ mod tests {
         let mut report = report_of(tally);
         require_faults(&mut report);
         assert!(report.ok(), "{:?}", report.violations);
+    }
+
+    #[test]
+    fn a_run_without_a_take_over_or_an_answer_found_by_lookup_fails() {
+        let mut report = report_of(Tally::default());
+        require_hard_paths(&mut report, 0, 3);
+        assert_eq!(
+            report.violations,
+            ["no kill interrupted a step (no claim was taken over): the take-over path never ran"]
+        );
+        let mut report = report_of(Tally::default());
+        require_hard_paths(&mut report, 2, 0);
+        assert_eq!(
+            report.violations,
+            ["no lost answer was found again by a lookup: the lookup path never ran"]
+        );
+        let mut report = report_of(Tally::default());
+        require_hard_paths(&mut report, 1, 1);
+        assert!(report.ok(), "{:?}", report.violations);
+    }
+
+    #[test]
+    fn a_client_lost_to_a_panic_fails_the_run() {
+        let history = load::PurchaseHistory {
+            lost_clients: vec!["client 3 ended without its purchases (panic)".into()],
+            ..load::PurchaseHistory::default()
+        };
+        let mut tally = Tally::default();
+        tally.add("worker-kill-9");
+        let report = report(&history, tally);
+        assert_eq!(
+            report.violations,
+            ["client 3 ended without its purchases (panic)"]
+        );
     }
 
     fn report_of(tally: Tally) -> Report {

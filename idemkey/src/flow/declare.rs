@@ -219,6 +219,10 @@ impl Local {
         self
     }
 
+    /// Whether it declares an undo on any backend: a step compensable on
+    /// one backend must be compensable on the one it runs on
+    /// ([`Flow::check`]), or a failure would skip its undo and keep its
+    /// effect (stock held) for good.
     fn compensable(&self) -> bool {
         let mut any = false;
         #[cfg(feature = "postgres")]
@@ -230,6 +234,17 @@ impl Local {
             any |= self.sqlite_undo.is_some();
         }
         any
+    }
+
+    /// Whether it has an undo for `backend`.
+    fn undoes_on(&self, backend: &str) -> bool {
+        match backend {
+            #[cfg(feature = "postgres")]
+            "postgres" => self.postgres_undo.is_some(),
+            #[cfg(feature = "sqlite")]
+            "sqlite" => self.sqlite_undo.is_some(),
+            _ => false,
+        }
     }
 
     /// Whether it has a function for `backend` (as [`crate::Db::backend`]
@@ -406,6 +421,15 @@ impl Flow {
             {
                 return Err(format!(
                     "step {} of flow {} has no {backend} function",
+                    step.name, self.name
+                ));
+            }
+            if let Kind::Local(local) = &step.kind
+                && local.compensable()
+                && !local.undoes_on(backend)
+            {
+                return Err(format!(
+                    "step {} of flow {} is undone on another backend but has no {backend} undo",
                     step.name, self.name
                 ));
             }

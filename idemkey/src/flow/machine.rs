@@ -55,7 +55,12 @@ async fn run_local<J: Journal>(
         };
         return match f {
             Some(f) => f(tx, ctx).await,
-            None if undo => Ok(Value::Null),
+            // Never recorded `compensated` without its undo having run
+            // (`Flows::new` refuses such a flow; this is the last guard).
+            None if undo => Err(StepError::Retry(format!(
+                "step {} has no PostgreSQL undo",
+                ctx.step
+            ))),
             None => Err(StepError::Refused(format!(
                 "step {} has no PostgreSQL function",
                 ctx.step
@@ -71,7 +76,12 @@ async fn run_local<J: Journal>(
         };
         return match f {
             Some(f) => f(conn, ctx),
-            None if undo => Ok(Value::Null),
+            // Never recorded `compensated` without its undo having run
+            // (`Flows::new` refuses such a flow; this is the last guard).
+            None if undo => Err(StepError::Retry(format!(
+                "step {} has no SQLite undo",
+                ctx.step
+            ))),
             None => Err(StepError::Refused(format!(
                 "step {} has no SQLite function",
                 ctx.step

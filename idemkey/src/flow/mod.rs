@@ -31,9 +31,15 @@
 //! - **A permanent failure** ([`Attempt::Refused`], [`StepError::Refused`])
 //!   undoes the done steps before it in reverse order, each compensation
 //!   itself once with its own key; the execution ends `failed`, naming the
-//!   step. Temporary failures are retried with the outbox's backoff; when
-//!   the attempts run out the step's message is a dead letter, listed and
-//!   retried like any outbox message.
+//!   step. Temporary failures are retried with the outbox's backoff for
+//!   the worker's budget, a duration ([`crate::outbox::WorkerSettings::retry_for`]);
+//!   then the step's message is a dead letter, listed and retried like any
+//!   outbox message, and revived by a retry of the key
+//!   ([`FlowSettings::revive_within`]). A `Retry-After` pauses that step
+//!   only ([`Flows::paused_for`]).
+//! - **Re-execution**: an execution that has not ended is never
+//!   re-executed, whatever the expiry policy; its final answer replays for
+//!   the replay window counted from its end.
 //!
 //! What it does not promise: a downstream that does not deduplicate by the
 //! key may apply a step twice (the lookup before a resend narrows that to
@@ -52,5 +58,5 @@ pub use declare::PgStepFuture;
 pub use declare::{
     Attempt, External, Failure, Flow, Local, StepContext, StepError, StepFuture, failed_problem,
 };
-pub use run::{FlowSettings, Flows, View};
+pub use run::{DEFAULT_REVIVE_WITHIN, FlowSettings, Flows, View};
 pub use state::{FlowRow, FlowState, NextMessage, StateDocument, StepRow, StepView};

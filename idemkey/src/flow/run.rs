@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idemkey_core::{Fingerprint, StepAction};
+use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::declare::{Attempt, Flow, Kind, StepError};
@@ -16,8 +18,8 @@ use super::machine::{self, Action, Outcome as Step, Recorded, StepMessage};
 use super::state::{FlowRow, FlowState, StateDocument};
 use crate::idempotency::{Done, RecordKey, StoredResponse};
 use crate::in_transaction::{self, Error, Options, Outcome};
-use crate::outbox::{Delivery, Settled, Worker};
-use crate::store::flow::STEP_EFFECT;
+use crate::outbox::{Delivery, MAX_RETRY_AFTER, Settled, Worker};
+use crate::store::flow::{OPEN_WINDOW, STEP_EFFECT};
 use crate::store::outbox::OutboxMessage;
 use crate::store::{Db, StoreError};
 
@@ -49,7 +51,17 @@ pub struct FlowSettings {
     pub call_timeout: Duration,
     /// Where a client polls an execution: this prefix and its id.
     pub location_prefix: String,
+    /// How long after its step's message was enqueued a retry of the key
+    /// still revives a dead step (one more attempt, looking the effect up
+    /// first). Keep it below the downstream's key retention by more than
+    /// the worker's lease: a resend after the downstream forgot the key
+    /// would apply the effect a second time.
+    pub revive_within: Duration,
 }
+
+/// The default of [`FlowSettings::revive_within`]: 23 hours, an hour below
+/// the 24 hours a payment provider keeps an idempotency key at least.
+pub const DEFAULT_REVIVE_WITHIN: Duration = Duration::from_secs(23 * 3600);
 
 impl Default for FlowSettings {
     fn default() -> Self {
@@ -57,6 +69,7 @@ impl Default for FlowSettings {
             wait: Duration::from_secs(2),
             call_timeout: Duration::from_secs(10),
             location_prefix: "/operations/".to_owned(),
+            revive_within: DEFAULT_REVIVE_WITHIN,
         }
     }
 }
@@ -68,6 +81,9 @@ pub struct Flows {
     flows: Arc<HashMap<&'static str, Arc<Flow>>>,
     settings: FlowSettings,
     wake: Arc<Notify>,
+    /// Downstreams (a flow's step and action) paused by their
+    /// `Retry-After`, until when: in this process and its clones.
+    pauses: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 impl std::fmt::Debug for Flows {
@@ -112,6 +128,7 @@ impl Flows {
             flows: Arc::new(map),
             settings,
             wake: Arc::default(),
+            pauses: Arc::default(),
         })
     }
 
@@ -143,6 +160,30 @@ impl Flows {
     /// its own [`Worker::with_waker`], hand it this one).
     pub fn waker(&self) -> Arc<Notify> {
         Arc::clone(&self.wake)
+    }
+
+    /// How long the downstream of `flow`'s `step` (its run, or its
+    /// compensation when `undo`) stays paused by its own `Retry-After`,
+    /// if it is. Every other step keeps running.
+    pub fn paused_for(&self, flow: &str, step: &str, undo: bool) -> Option<Duration> {
+        let action = if undo {
+            Action::Compensate
+        } else {
+            Action::Run
+        };
+        let until = *self.pauses.lock().get(&downstream(flow, step, action))?;
+        until.checked_duration_since(Instant::now())
+    }
+
+    /// No new call to `name`'s downstream before `after` from now (up to
+    /// [`MAX_RETRY_AFTER`]; a later end already set stays).
+    fn pause(&self, name: String, after: Duration) {
+        let until = Instant::now() + after.min(MAX_RETRY_AFTER);
+        let mut pauses = self.pauses.lock();
+        let now = Instant::now();
+        pauses.retain(|_, t| *t > now);
+        let end = pauses.entry(name).or_insert(until);
+        *end = (*end).max(until);
     }
 
     fn flow(&self, name: &str) -> Result<&Arc<Flow>, StoreError> {
@@ -182,14 +223,17 @@ impl Flows {
             steps: Vec::new(),
         };
         let location = format!("{}{}", self.settings.location_prefix, row.id);
-        let policy = options.policy();
+        let mut policy = options.policy();
+        // Replayed for as long as the execution runs, and the window asked
+        // for from its end: a running execution is never re-executed.
+        policy.replay_ttl = policy.replay_ttl.saturating_add(OPEN_WINDOW);
         let result = match &self.db {
             #[cfg(feature = "postgres")]
             Db::Postgres(pg) => {
                 use crate::store::postgres::{PgJournal, run_in_transaction};
                 let mut client = pg.client().await?;
-                let tables = pg.tables().clone();
                 run_in_transaction(
+                    pg,
                     &mut client,
                     key,
                     fingerprint,
@@ -198,8 +242,8 @@ impl Flows {
                     |tx| {
                         Box::pin(async move {
                             let j = PgJournal {
-                                tx,
-                                tables: &tables,
+                                tx: tx.transaction(),
+                                tables: tx.tables(),
                             };
                             start_in(&j, &declared, row, &location).await
                         })
@@ -210,31 +254,50 @@ impl Flows {
             #[cfg(feature = "sqlite")]
             Db::Sqlite(db) => {
                 use crate::store::sqlite::{SqliteJournal, run_in_transaction};
-                let tables = db.tables().clone();
-                let key = key.clone();
+                let (key, store) = (key.clone(), db.clone());
                 db.with_conn(move |conn| {
-                    Ok(run_in_transaction(conn, &key, fingerprint, &policy, |tx| {
-                        let j = SqliteJournal {
-                            conn: tx,
-                            tables: &tables,
-                        };
-                        pollster::block_on(start_in(&j, &declared, row, &location))
-                    }))
+                    Ok(run_in_transaction(
+                        &store,
+                        conn,
+                        &key,
+                        fingerprint,
+                        &policy,
+                        |tx| {
+                            let j = SqliteJournal {
+                                conn: tx.connection(),
+                                tables: tx.tables(),
+                            };
+                            pollster::block_on(start_in(&j, &declared, row, &location))
+                        },
+                    ))
                 })
                 .await?
             }
             #[allow(unreachable_patterns)]
             _ => return Err(Error::Store(StoreError::Unsupported("no SQL store".into()))),
         };
-        let ran = match &result {
+        let (ran, ended) = match &result {
             Ok(crate::idempotency::Outcome::Executed {
                 value,
                 stored: true,
                 ..
-            }) => (!value.state.ended()).then_some(value.id),
-            _ => None,
+            }) if value.state.ended() => (None, Some(value.id)),
+            Ok(crate::idempotency::Outcome::Executed {
+                value,
+                stored: true,
+                ..
+            }) => (Some(value.id), None),
+            _ => (None, None),
         };
         let outcome = in_transaction::finish(key, options, result)?;
+        if let Some(id) = ended {
+            // Ended in its first transaction: the window counts from now. A
+            // failure leaves it open (replayed longer, never re-executed).
+            let (scope, op, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
+            if let Err(err) = sql!(&self.db, db => db.flow_close_window(scope, op, k, id).await) {
+                tracing::warn!(error = %err, "flow: its window stays open");
+            }
+        }
         match (outcome, ran) {
             (Outcome::Executed(accepted), Some(id)) => {
                 self.wake.notify_one();
@@ -336,9 +399,12 @@ impl Flows {
     }
 
     /// Makes execution `id`'s next step due now (a backoff is cut short;
-    /// a live claim is left alone) and wakes the worker.
+    /// a live claim is left alone; a dead step whose message is younger
+    /// than [`FlowSettings::revive_within`] is revived, its attempts kept
+    /// so that it looks the effect up first) and wakes the worker.
     pub async fn resume(&self, scope: &str, id: Uuid) -> Result<(), StoreError> {
-        sql!(&self.db, db => db.flow_resume(scope, id).await)?;
+        let within = self.settings.revive_within;
+        sql!(&self.db, db => db.flow_resume(scope, id, within).await)?;
         self.wake.notify_one();
         Ok(())
     }
@@ -383,6 +449,15 @@ impl Flows {
         let outcome = match &step.kind {
             Kind::Local(_) => Step::RunLocal { attempts },
             Kind::External(external) => {
+                let name = downstream(flow.name, step.name, asked.action);
+                let paused = self
+                    .pauses
+                    .lock()
+                    .get(&name)
+                    .and_then(|t| t.checked_duration_since(Instant::now()));
+                if let Some(after) = paused {
+                    return Ok(Settled::Paused { after });
+                }
                 let call = match asked.action {
                     Action::Run => Some(&external.run),
                     Action::Compensate => external.undo.as_ref(),
@@ -405,7 +480,13 @@ impl Flows {
                                 self.settings.call_timeout.as_millis()
                             ))
                         }),
-                    None => Attempt::Done(Value::Null),
+                    // No undo declared (a flow changed under a running
+                    // compensation): never recorded `compensated` without
+                    // its undo having run; retried, then a dead letter.
+                    None => Attempt::Retry {
+                        after: None,
+                        reason: format!("step {} declares no undo", step.name),
+                    },
                 };
                 match (attempt, asked.action) {
                     (Attempt::Done(output), _) => Step::Done {
@@ -428,6 +509,10 @@ impl Flows {
                         ));
                     }
                     (Attempt::Retry { after, reason }, _) => {
+                        if let Some(after) = after {
+                            // Its downstream asked to wait: this step only.
+                            self.pause(name, after);
+                        }
                         return Ok(again(Delivery::Retry { after, reason }, sent));
                     }
                     (Attempt::Uncertain(reason), _) => {
@@ -506,6 +591,16 @@ impl Flows {
             _ => Err(StoreError::Unsupported("no SQL store".into())),
         }
     }
+}
+
+/// The name of the downstream a step (or its compensation) calls: what
+/// its `Retry-After` pauses.
+fn downstream(flow: &str, step: &str, action: Action) -> String {
+    let action = match action {
+        Action::Run => "run",
+        Action::Compensate => "compensate",
+    };
+    format!("{flow}/{step}/{action}")
 }
 
 fn again(delivery: Delivery, sent_key: Option<String>) -> Settled {

@@ -393,7 +393,9 @@ impl<R: Records + Clone> IdempotencyLayer<R> {
         self.with(|c| c.trim_interval = None)
     }
 
-    /// Counts every guarded request's outcome into `metrics`.
+    /// Counts every guarded request's outcome into `metrics` instead of
+    /// [`Metrics::global`] (the [`metrics`] facade sees each
+    /// either way).
     #[must_use]
     pub fn metrics(self, metrics: Arc<Metrics>) -> Self {
         self.with(|c| c.metrics = Some(metrics))

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use super::body::{Capped, read_capped};
 use super::{Config, Trimmer};
 use crate::idempotency::{self, Done, Outcome, RecordKey, Records, Scope, StoredResponse};
-use crate::metrics::FrontEnd;
+use crate::metrics::{FrontEnd, Metrics};
 use crate::problems::{ApiError, UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
 use crate::store::Db;
 
@@ -68,9 +68,11 @@ where
         let (db, config) = (self.db.clone(), Arc::clone(&self.config));
         Box::pin(async move {
             let (outcome, response) = handle(inner, db, &config, request).await?;
-            if let Some(metrics) = &config.metrics {
-                metrics.count(FrontEnd::Layer, &config.operation, outcome);
-            }
+            config.metrics.as_ref().unwrap_or(Metrics::global()).count(
+                FrontEnd::Layer,
+                &config.operation,
+                outcome,
+            );
             Ok(response)
         })
     }

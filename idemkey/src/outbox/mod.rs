@@ -17,4 +17,6 @@ mod worker;
 pub use message::{OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement};
 pub use metrics::OutboxMetrics;
 pub use throttle::Rate;
-pub use worker::{Delivery, MAX_RETRY_AFTER, SETTLE_WITHIN, Settled, Worker, WorkerSettings};
+pub use worker::{
+    DEFAULT_RETRY_FOR, Delivery, MAX_RETRY_AFTER, SETTLE_WITHIN, Settled, Worker, WorkerSettings,
+};

@@ -17,7 +17,16 @@
 //! An effect's sends are paced by the operator's [`Rate`] (messages are
 //! claimed only as fast as the limit lets them be sent) and by the
 //! downstream: a `Retry-After` pauses every new send of that effect until it
-//! ends, not only the message it answered.
+//! ends, not only the message it answered. A handler that settles its own
+//! messages ([`Worker::handle_settled`], the steps of every flow) sends to
+//! many downstreams under one effect: it pauses what its `Retry-After`
+//! names itself ([`Settled::Paused`]), never the whole effect.
+//!
+//! A message is retried for a **duration** ([`WorkerSettings::retry_for`],
+//! counted from its enqueueing at the store's clock), not a number of
+//! attempts: a downstream's outage is waited out, up to a bound kept below
+//! the downstream's key retention (a resend after the downstream forgot the
+//! key would apply the effect a second time).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,7 +34,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idemkey_core::{AttemptOutcome, RetryPolicy, RetryStep};
+use idemkey_core::RetryPolicy;
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -89,6 +98,13 @@ pub enum Settled {
     /// Its claim had ended (another worker took the message over, or the
     /// work moved on): it recorded nothing.
     Fenced,
+    /// Not sent: the downstream it is bound for asked to wait (a
+    /// `Retry-After` the handler keeps per downstream). The claim is handed
+    /// back, due again after `after`, and the attempt is not counted.
+    Paused {
+        /// How long that downstream stays paused.
+        after: Duration,
+    },
     /// Nothing was recorded: the worker settles the message as `delivery`
     /// says (retried with backoff, dead-lettered when the attempts run
     /// out, or failed), with the downstream key it was sent with.
@@ -124,9 +140,25 @@ pub struct WorkerSettings {
     /// How long an idle worker waits before looking again (a new order in
     /// this process wakes it at once).
     pub idle_poll: Duration,
-    /// Backoff and budget: `max_attempts` deliveries, then a dead letter.
+    /// Backoff (`base_ms`, `cap_ms`, full jitter) and an optional cap on
+    /// deliveries (`max_attempts`; `u32::MAX` for none: the budget is
+    /// [`Self::retry_for`]).
     pub retry: RetryPolicy,
+    /// How long a message is retried, counted from its enqueueing at the
+    /// store's clock: a retry that would start later dead-letters it. Keep
+    /// it below the downstream's key retention (a resend after the
+    /// downstream forgot the key is a second charge) and above a realistic
+    /// outage ([`DEFAULT_RETRY_FOR`]).
+    pub retry_for: Duration,
 }
+
+/// The default retry budget: 12 hours. A payment provider's incidents last
+/// minutes to a few hours, so a step waits out any realistic outage; and a
+/// provider keeps an idempotency key for at least 24 hours (Stripe prunes
+/// keys once they are at least that old), so the last resend, and an
+/// operator's or a client's retry of a dead letter in the 12 hours after,
+/// still meets the key.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(12 * 3600);
 
 impl Default for WorkerSettings {
     fn default() -> Self {
@@ -138,8 +170,9 @@ impl Default for WorkerSettings {
             retry: RetryPolicy {
                 base_ms: 500,
                 cap_ms: 60_000,
-                max_attempts: 10,
+                max_attempts: u32::MAX,
             },
+            retry_for: DEFAULT_RETRY_FOR,
         }
     }
 }
@@ -458,6 +491,9 @@ impl Worker {
                 message,
             }));
         }
+        // A handler that settles its own messages sends to the downstream
+        // each message names, and pauses that one itself.
+        let own_pauses = matches!(handler, Handler::Settles(_));
         let (delivery, key) = match handler {
             Handler::Deliver(deliver) => {
                 let cutoff = self.settings.lease / 2;
@@ -477,6 +513,16 @@ impl Worker {
                     self.metrics.count(&message.effect, "lease-lost");
                     return Ok(None);
                 }
+                Settled::Paused { after } => {
+                    self.metrics.count(&message.effect, "postponed");
+                    return Ok(Some(OutboxOutcome {
+                        sent_key: message.sent_key.clone(),
+                        settlement: Settlement::Postponed {
+                            after: after.min(MAX_RETRY_AFTER),
+                        },
+                        message,
+                    }));
+                }
                 Settled::Again { delivery, sent_key } => (
                     delivery,
                     sent_key.unwrap_or_else(|| message.downstream_key().to_string()),
@@ -487,6 +533,7 @@ impl Worker {
         if let Delivery::Retry {
             after: Some(after), ..
         } = &delivery
+            && !own_pauses
         {
             self.pause(&message.effect, *after);
         }
@@ -516,40 +563,30 @@ impl Worker {
         }
     }
 
+    /// How `delivery` settles `message`: a retry after a full-jitter
+    /// backoff (at least the downstream's `Retry-After`, at most
+    /// [`MAX_RETRY_AFTER`]), or a dead letter once that retry would start
+    /// past [`WorkerSettings::retry_for`] (or past `max_attempts`).
     fn settlement(&self, message: &OutboxMessage, delivery: Delivery) -> Settlement {
-        let (outcome, error) = match delivery {
+        let (asked, error) = match delivery {
             Delivery::Delivered(result) => return Settlement::Delivered { result },
             Delivery::Refused(reason) => return Settlement::Failed { reason },
-            Delivery::Retry { after, reason } => (
-                AttemptOutcome::Response {
-                    status: 503,
-                    // A downstream's wait is honoured up to a bound: a
-                    // huge one would park the message for years, or
-                    // overflow the store's timestamp arithmetic.
-                    retry_after_ms: after.map(|d| {
-                        u64::try_from(d.min(MAX_RETRY_AFTER).as_millis()).unwrap_or(u64::MAX)
-                    }),
-                    code: None,
-                },
-                reason,
-            ),
-            Delivery::Uncertain(reason) => (AttemptOutcome::NetworkError, reason),
+            // A huge wait would park the message for years, or overflow
+            // the store's timestamp arithmetic.
+            Delivery::Retry { after, reason } => {
+                (after.unwrap_or_default().min(MAX_RETRY_AFTER), reason)
+            }
+            Delivery::Uncertain(reason) => (Duration::ZERO, reason),
         };
-        match self
-            .settings
-            .retry
-            .step(message.attempts, outcome, random_unit())
+        let retry = &self.settings.retry;
+        let backoff = Duration::from_millis(retry.backoff_ms(message.attempts, random_unit()));
+        let after = backoff.max(asked);
+        if message.attempts >= retry.max_attempts
+            || message.age.saturating_add(after) > self.settings.retry_for
         {
-            RetryStep::Wait { delay_ms } => Settlement::Retry {
-                after: Duration::from_millis(delay_ms),
-                error,
-            },
-            // The outcomes above are a 503 or no answer, which the policy
-            // never stops or holds; the provider's 401/403 arrive as
-            // `Delivery::Retry` (the payments client classifies them).
-            RetryStep::Stop | RetryStep::HoldForAuth => Settlement::Failed { reason: error },
-            RetryStep::Reconcile | RetryStep::Done => Settlement::Dead { error },
+            return Settlement::Dead { error };
         }
+        Settlement::Retry { after, error }
     }
 }
 

@@ -14,6 +14,12 @@ use crate::idempotency::StoredResponse;
 /// steps.
 pub const STEP_EFFECT: &str = "flow-step";
 
+/// The replay window a flow's record is stored with while its execution
+/// runs (100 years of 365.25 days: 36525 days), added to the one asked
+/// for: an execution that has not ended is never past its window, so never
+/// re-executed, and its end sets the window asked for, counted from then.
+pub(crate) const OPEN_WINDOW: std::time::Duration = std::time::Duration::from_secs(36_525 * 86_400);
+
 /// Where an execution is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

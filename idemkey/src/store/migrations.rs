@@ -10,25 +10,72 @@
 //!
 //! A table created before this bookkeeping existed (by an earlier version
 //! that kept one `schema_migrations` list for everything) is **adopted**:
-//! when a migration's [`Adopt`] table already exists with its marker
-//! column, the migration is recorded as applied without running. A table
-//! of that name without the column is someone else's, and opening fails
-//! with [`StoreError::Corrupt`](super::StoreError::Corrupt) rather than
-//! writing into it (choose a [`Tables`](super::Tables) prefix then).
+//! when a migration's [`Adopt`] table already exists with the shape the
+//! migration would have made (a base table, not a view, with every column
+//! [`Adopt::columns`] lists and the primary key [`Adopt::primary_key`]
+//! names), the migration is recorded as applied without running. A
+//! relation of that name of any other shape is someone else's, and opening
+//! fails with [`StoreError::Corrupt`](super::StoreError::Corrupt) rather
+//! than writing into it (choose a [`Tables`](super::Tables) prefix then).
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 /// A table whose presence means a migration's work is already done.
+///
+/// Only a base table of this shape is adopted: a view, or a table missing
+/// a column or with another primary key, is someone else's (an
+/// application's own `outbox`, say), and writing into it would hand its
+/// rows to the library.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Adopt {
     /// The table's default name (renamed by the store's prefix when it is
     /// one of the library's).
     pub table: &'static str,
-    /// A column that only the migration's own version of the table has.
-    pub column: &'static str,
+    /// Every column the migration makes (later versions may add more).
+    pub columns: &'static [&'static str],
+    /// The primary key's columns in order; empty leaves the key unchecked.
+    pub primary_key: &'static [&'static str],
 }
+
+/// The columns of the records table's first version, on both backends.
+const RECORDS_COLUMNS: &[&str] = &[
+    "scope",
+    "operation",
+    "key",
+    "fingerprint",
+    "status",
+    "response_status",
+    "response_headers",
+    "response_body",
+    "created_at",
+    "replay_until",
+    "lease_until",
+    "resource_id",
+    "claim",
+];
+
+/// The columns of the outbox's first version, on both backends.
+const OUTBOX_COLUMNS: &[&str] = &[
+    "id",
+    "scope",
+    "operation",
+    "key",
+    "effect",
+    "resource_id",
+    "payload",
+    "status",
+    "attempts",
+    "available_at",
+    "lease_until",
+    "lease",
+    "downstream_key",
+    "result",
+    "last_error",
+    "created_at",
+    "settled_at",
+];
 
 /// One migration of one component.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,11 +130,13 @@ pub(crate) type Later = &'static [(&'static str, &'static str)];
 
 /// The library's own migrations, given a backend's statements for each
 /// component's first version and its later ones (the outbox's only with
-/// the `outbox` feature, the steps' only with `flow`).
+/// the `outbox` feature, the steps' only with `flow`), and the outbox's
+/// primary key on that backend.
 pub(crate) fn library(
     records: (&'static str, Later),
     outbox: (&'static str, Later),
     steps: (&'static str, Later),
+    outbox_key: &'static [&'static str],
 ) -> Vec<Migration> {
     let mut list = vec![Migration {
         component: "records",
@@ -96,7 +145,8 @@ pub(crate) fn library(
         sql: records.0,
         adopt: Some(Adopt {
             table: "idempotency_records",
-            column: "claim",
+            columns: RECORDS_COLUMNS,
+            primary_key: &["scope", "operation", "key"],
         }),
     }];
     list.extend(later("records", records.1));
@@ -108,7 +158,8 @@ pub(crate) fn library(
             sql: outbox.0,
             adopt: Some(Adopt {
                 table: "outbox",
-                column: "downstream_key",
+                columns: OUTBOX_COLUMNS,
+                primary_key: outbox_key,
             }),
         });
         list.extend(later("outbox", outbox.1));
@@ -124,6 +175,35 @@ pub(crate) fn library(
         list.extend(later("steps", steps.1));
     }
     list
+}
+
+/// Why a relation found under `adopt`'s name is not the table its
+/// migration makes, if it is not: not a base table, a missing column, or
+/// another primary key. `columns` and `key` are the relation's.
+pub(crate) fn misfit(
+    adopt: Adopt,
+    base_table: bool,
+    columns: &[String],
+    key: &[String],
+) -> Option<String> {
+    if !base_table {
+        return Some("not a base table".to_owned());
+    }
+    if let Some(missing) = adopt
+        .columns
+        .iter()
+        .find(|c| !columns.iter().any(|have| have == *c))
+    {
+        return Some(format!("no column {missing}"));
+    }
+    if !adopt.primary_key.is_empty() && key != adopt.primary_key {
+        return Some(format!(
+            "primary key ({}), not ({})",
+            key.join(", "),
+            adopt.primary_key.join(", ")
+        ));
+    }
+    None
 }
 
 /// `component`'s versions 2, 3, ... from `list`.

@@ -31,6 +31,9 @@ pub struct OutboxMessage {
     pub sent_key: Option<String>,
     /// The claim this delivery holds; settling needs it.
     pub lease: Uuid,
+    /// How long ago it was enqueued, at the store's clock when claimed: the
+    /// worker's retry budget is a duration ([`crate::outbox::WorkerSettings::retry_for`]).
+    pub age: Duration,
 }
 
 impl OutboxMessage {

@@ -3,8 +3,8 @@
 //! borrowed as written under the default names).
 
 /// Declares `Statements` (one field per statement, each the rendered text
-/// of the `include_str!` given for it) and `DEFAULT`, the statements under
-/// the default table names, in the module that calls it.
+/// of the `include_str!` given for it) in the module that calls it. There
+/// is no set under the default names: a store renders its own.
 macro_rules! statements {
     ($($field:ident = $sql:expr),+ $(,)?) => {
         /// The records statements, with a store's table names.
@@ -20,12 +20,6 @@ macro_rules! statements {
                 }
             }
         }
-
-        /// The statements under the default table names.
-        pub(super) static DEFAULT: std::sync::LazyLock<std::sync::Arc<Statements>> =
-            std::sync::LazyLock::new(|| {
-                std::sync::Arc::new(Statements::new(&$crate::store::Tables::default()))
-            });
     };
 }
 pub(crate) use statements;

@@ -8,7 +8,7 @@
 //!
 //! `cargo run --release -p idemkey-model -- steps [--workers N] [--sends N]
 //! [--faults N] [--confirm-never-refused]
-//! [--defect no-fence|no-lookup-no-dedupe|no-dedupe]`
+//! [--defect no-fence|no-lookup-no-dedupe|no-dedupe|compensated-without-undo]`
 
 use std::time::Instant;
 
@@ -94,6 +94,7 @@ fn check_steps(mut args: impl Iterator<Item = String>) -> ! {
                     Some("no-fence") => Defect::NoFence,
                     Some("no-lookup-no-dedupe") => Defect::NoLookupNoDedupe,
                     Some("no-dedupe") => Defect::NoDedupe,
+                    Some("compensated-without-undo") => Defect::CompensatedWithoutUndo,
                     _ => usage(),
                 }
             }
@@ -140,7 +141,7 @@ fn usage() -> ! {
         "usage: idemkey-model [--mode lease|transactional] [--expiry reject|reexecute] \
          [--ticks N] [--sends N] [--servers N] [--clients N] [--faults N] [--stale-take-over]\n       \
          idemkey-model steps [--workers N] [--sends N] [--faults N] [--confirm-never-refused] \
-         [--defect no-fence|no-lookup-no-dedupe|no-dedupe]"
+         [--defect no-fence|no-lookup-no-dedupe|no-dedupe|compensated-without-undo]"
     );
     std::process::exit(2)
 }

@@ -26,6 +26,11 @@ pub enum Defect {
     /// back to pending: the flow is stuck (as when attempts run out, which
     /// the fault bounds keep the protocol as designed from).
     DeadLetterOnLostAnswer,
+    /// A local step's compensation is recorded `compensated` without its
+    /// undo having run (as when the undo for the store's backend is
+    /// missing and counts as done): the journal says the reservation was
+    /// released, the store still holds it.
+    CompensatedWithoutUndo,
 }
 
 impl Defect {

@@ -305,7 +305,9 @@ impl StepJournal {
                 self.compensate_below(state, step);
             }
         }
-        if local && outcome == Outcome::Ok {
+        let undo_skipped = action == StepAction::Compensate
+            && self.bounds.defect == Defect::CompensatedWithoutUndo;
+        if local && outcome == Outcome::Ok && !undo_skipped {
             state.ghost.applied[s][a] = state.ghost.applied[s][a].saturating_add(1);
         }
         true

@@ -62,7 +62,16 @@ fn migrations(backend: &str) -> [Migration; 3] {
             sql: charges,
             adopt: Some(Adopt {
                 table: "provider_charges",
-                column: "order_id",
+                columns: &[
+                    "scope",
+                    "idempotency_key",
+                    "id",
+                    "order_id",
+                    "amount_cents",
+                    "currency",
+                    "created_at",
+                ],
+                primary_key: &["scope", "idempotency_key"],
             }),
         },
         Migration {
@@ -72,7 +81,16 @@ fn migrations(backend: &str) -> [Migration; 3] {
             sql: requests,
             adopt: Some(Adopt {
                 table: "provider_requests",
-                column: "kind",
+                // The key differs by backend (`seq` alone on SQLite).
+                columns: &[
+                    "scope",
+                    "seq",
+                    "kind",
+                    "idempotency_key",
+                    "order_id",
+                    "created_at",
+                ],
+                primary_key: &[],
             }),
         },
         Migration {

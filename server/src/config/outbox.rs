@@ -58,9 +58,17 @@ pub struct OutboxArgs {
         value_parser = parse_rate_limit
     )]
     pub outbox_rate_limits: Vec<(String, Rate)>,
-    /// Deliveries of one message before it is dead-lettered.
-    #[arg(long, env = "IDEMKEY_OUTBOX_MAX_ATTEMPTS", default_value_t = 10)]
-    pub outbox_max_attempts: u32,
+    /// How long a message (a charge, a purchase's step) is retried before
+    /// it is dead-lettered, from its enqueueing at the database's clock:
+    /// long enough to wait out a provider's outage, shorter than the
+    /// provider's key retention (24 h) so that no resend meets a forgotten
+    /// key.
+    #[arg(long, env = "IDEMKEY_OUTBOX_RETRY_FOR", default_value = "12h", value_parser = parse_duration)]
+    pub outbox_retry_for: Duration,
+    /// Optionally also a number of deliveries after which a message is
+    /// dead-lettered (none by default: the budget is --outbox-retry-for).
+    #[arg(long, env = "IDEMKEY_OUTBOX_MAX_ATTEMPTS")]
+    pub outbox_max_attempts: Option<u32>,
     /// The first retry's backoff ceiling (full jitter, doubling).
     #[arg(long, env = "IDEMKEY_OUTBOX_RETRY_BASE", default_value = "500ms", value_parser = parse_duration)]
     pub outbox_retry_base: Duration,
@@ -89,6 +97,7 @@ impl std::fmt::Debug for OutboxArgs {
             .field("outbox_batch", &self.outbox_batch)
             .field("outbox_concurrency", &self.outbox_concurrency)
             .field("outbox_rate_limits", &self.outbox_rate_limits)
+            .field("outbox_retry_for", &self.outbox_retry_for)
             .field("outbox_max_attempts", &self.outbox_max_attempts)
             .field("outbox_retry_base", &self.outbox_retry_base)
             .field("outbox_retry_cap", &self.outbox_retry_cap)
@@ -109,8 +118,9 @@ impl OutboxArgs {
             retry: RetryPolicy {
                 base_ms: ms(self.outbox_retry_base).max(1),
                 cap_ms: ms(self.outbox_retry_cap).max(1),
-                max_attempts: self.outbox_max_attempts.max(1),
+                max_attempts: self.outbox_max_attempts.map_or(u32::MAX, |n| n.max(1)),
             },
+            retry_for: self.outbox_retry_for,
         }
     }
 
@@ -222,8 +232,9 @@ pub enum OutboxCommand {
         database: DatabaseArgs,
     },
     /// Send a dead letter or a failed message (or, with --all-dead, every
-    /// dead letter) back to pending with a fresh budget; its next attempt
-    /// looks the effect up first. A message older than the provider's key
+    /// dead letter) back to pending (its retry budget still counts from its
+    /// creation: one past it gets one attempt); its next attempt looks the
+    /// effect up first. A message older than the provider's key
     /// retention is refused unless --force: the provider may have forgotten
     /// its key, and a re-sent charge would then be a second charge.
     Retry {

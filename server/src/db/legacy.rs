@@ -6,7 +6,7 @@
 //! [`idemkey::store::migrations`]). A new database never gets the list.
 
 use idemkey::StoreError;
-use idemkey::store::postgres::db_error;
+use idemkey::store::postgres::{db_error, execute_in, query_in};
 use idemkey::store::sqlite::sqlite_error;
 use rusqlite::{OptionalExtension as _, params};
 use tokio_postgres::types::Type;
@@ -98,16 +98,19 @@ pub async fn postgres(db: &PgOrders) -> Result<(), StoreError> {
     )
     .await
     .map_err(db_error)?;
-    let listed: bool = tx
-        .query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[])
-        .await
-        .map_err(db_error)?
-        .get(0);
+    let listed = query_in(
+        &*tx,
+        "SELECT to_regclass('schema_migrations') IS NOT NULL",
+        &[],
+    )
+    .await
+    .map_err(db_error)?
+    .first()
+    .is_some_and(|row| row.get::<_, bool>(0));
     if !listed {
         return Ok(());
     }
-    let applied: Vec<i32> = tx
-        .query("SELECT version FROM schema_migrations", &[])
+    let applied: Vec<i32> = query_in(&*tx, "SELECT version FROM schema_migrations", &[])
         .await
         .map_err(db_error)?
         .iter()
@@ -118,10 +121,10 @@ pub async fn postgres(db: &PgOrders) -> Result<(), StoreError> {
             continue;
         }
         tx.batch_execute(sql).await.map_err(db_error)?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [version, name];
-        tx.execute(
+        execute_in(
+            &*tx,
             "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-            &params,
+            &[(version, Type::INT4), (name, Type::TEXT)],
         )
         .await
         .map_err(db_error)?;

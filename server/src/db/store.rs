@@ -57,7 +57,17 @@ pub(crate) fn migrations(backend: &str) -> [Migration; 3] {
             sql,
             adopt: Some(Adopt {
                 table: "orders",
-                column: "reference",
+                // What the legacy schema's orders had by its last version
+                // (its key changed on the way, so it is not checked).
+                columns: &[
+                    "id",
+                    "account_id",
+                    "sku",
+                    "quantity",
+                    "created_at",
+                    "reference",
+                ],
+                primary_key: &[],
             }),
         },
         Migration {

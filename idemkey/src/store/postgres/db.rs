@@ -9,7 +9,7 @@ use tracing::info;
 
 use super::error::{db_error, pool_error};
 use super::statements::Statements;
-use super::{conninfo, pooler, tls};
+use super::{conninfo, pooler, send, tls};
 use crate::error::StoreError;
 use crate::store::migrations::{self, Known, Migration};
 use crate::store::{PgPooler, PoolStatus, StoreSettings as PgSettings, Tables};
@@ -81,7 +81,12 @@ impl PgDb {
             tables: settings.tables.clone(),
             known: Known::default(),
         };
-        pooler::check_timeouts(&*db.client().await?, settings).await?;
+        let first = db
+            .pool
+            .get()
+            .await
+            .map_err(|e| pooler::connect_error(e, settings))?;
+        pooler::check_timeouts(&first, settings).await?;
         Ok(db)
     }
 
@@ -107,6 +112,10 @@ impl PgDb {
                         "invariants in a trigger",
                         include_str!("migrations/records_0003.sql"),
                     ),
+                    (
+                        "checks a long prefix left behind",
+                        include_str!("migrations/records_0004.sql"),
+                    ),
                 ],
             ),
             (
@@ -117,6 +126,7 @@ impl PgDb {
                 )],
             ),
             (include_str!("migrations/steps_0001.sql"), &[]),
+            &["scope", "id"],
         )
     }
 
@@ -197,7 +207,9 @@ impl PgDb {
     }
 
     /// Whether `adopt`'s table already exists as the migration would have
-    /// made it; a table of that name without the marker column is
+    /// made it: a base (or partitioned) table with every column of
+    /// [`migrations::Adopt::columns`] and the primary key it names.
+    /// Anything else of that name (a view, an application's own table) is
     /// [`StoreError::Corrupt`].
     async fn adoptable(
         &self,
@@ -205,23 +217,40 @@ impl PgDb {
         adopt: migrations::Adopt,
     ) -> Result<bool, StoreError> {
         let table = self.tables.render(adopt.table);
-        let row = tx
-            .query_one(
-                "SELECT to_regclass(current_schema() || '.' || $1) IS NOT NULL,
-                        EXISTS (SELECT 1 FROM information_schema.columns
-                                WHERE table_schema = current_schema()
-                                  AND table_name = $1 AND column_name = $2)",
-                &[&table, &adopt.column],
-            )
-            .await
-            .map_err(db_error)?;
-        let (exists, marked): (bool, bool) = (row.get(0), row.get(1));
-        if exists && !marked {
-            return Err(StoreError::Corrupt(format!(
-                "table {table} exists but was not made by idemkey: choose a table prefix"
-            )));
+        let rows = send::query_in(
+            tx,
+            "SELECT c.relkind::text,
+                        ARRAY(SELECT a.attname::text FROM pg_attribute a
+                              WHERE a.attrelid = c.oid AND a.attnum > 0
+                                AND NOT a.attisdropped),
+                        ARRAY(SELECT a.attname::text
+                              FROM pg_index i
+                              CROSS JOIN LATERAL unnest(i.indkey::int2[])
+                                   WITH ORDINALITY AS k(attnum, n)
+                              JOIN pg_attribute a
+                                ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                              WHERE i.indrelid = c.oid AND i.indisprimary
+                              ORDER BY k.n)
+                 FROM pg_class c
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = current_schema() AND c.relname = $1",
+            &[(&table, Type::TEXT)],
+        )
+        .await
+        .map_err(db_error)?;
+        let Some(row) = rows.first() else {
+            return Ok(false);
+        };
+        let kind: String = row.try_get(0).map_err(db_error)?;
+        let columns: Vec<String> = row.try_get(1).map_err(db_error)?;
+        let key: Vec<String> = row.try_get(2).map_err(db_error)?;
+        let base_table = kind == "r" || kind == "p";
+        match migrations::misfit(adopt, base_table, &columns, &key) {
+            None => Ok(true),
+            Some(why) => Err(StoreError::Corrupt(format!(
+                "{table} exists but is not the table idemkey makes ({why}): choose a table prefix"
+            ))),
         }
-        Ok(exists)
     }
 
     /// The names of the library's tables in this database.
@@ -290,21 +319,31 @@ impl PgDb {
 /// The `(component, version)` pairs a database has applied; none when
 /// the bookkeeping table does not exist yet.
 async fn applied_migrations(
-    client: &impl tokio_postgres::GenericClient,
+    client: &(impl tokio_postgres::GenericClient + Sync),
     book: &str,
 ) -> Result<Vec<(String, i32)>, StoreError> {
-    let exists: bool = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&book])
-        .await
-        .map_err(db_error)?
-        .get(0);
+    let exists = send::query_in(
+        client,
+        "SELECT to_regclass($1) IS NOT NULL",
+        &[(&book, Type::TEXT)],
+    )
+    .await
+    .map_err(db_error)?
+    .first()
+    .map(|row| row.try_get::<_, bool>(0))
+    .transpose()
+    .map_err(db_error)?
+    .unwrap_or(false);
     if !exists {
         return Ok(Vec::new());
     }
-    let rows = client
-        .query_typed(&format!("SELECT component, version FROM {book}"), &[])
-        .await
-        .map_err(db_error)?;
+    let rows = send::query_in(
+        client,
+        &format!("SELECT component, version FROM {book}"),
+        &[],
+    )
+    .await
+    .map_err(db_error)?;
     rows.iter()
         .map(|row| {
             Ok((

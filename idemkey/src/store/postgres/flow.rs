@@ -49,18 +49,54 @@ const UPDATE_FLOW: &str = "UPDATE idemkey_flows SET state = $2::text, position =
      updated_at = statement_timestamp() WHERE scope = $9::text AND id = $1::uuid";
 /// The outbox's own enqueue: a step's message is an outbox message.
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
-const FINISH_RECORD: &str = "UPDATE idempotency_records SET response_status = $4::int4, \
-     response_headers = $5::text, response_body = $6::bytea \
-     WHERE scope = $1::text AND operation = $2::text AND key = $3::text \
-       AND resource_id = $7::text AND status = 'completed'";
+/// The replay window a flow's record asked for: its window less the open
+/// one it was stored with ([`crate::store::flow::OPEN_WINDOW`], 36525
+/// days), or, for a record stored before flows kept their window open,
+/// its whole window.
+macro_rules! asked_window {
+    () => {
+        "(CASE WHEN replay_until - created_at >= interval '36525 days' \
+         THEN replay_until - created_at - interval '36525 days' \
+         ELSE replay_until - created_at END)"
+    };
+}
+/// The final response, replayed for the window asked, counted from now
+/// (the flow's end); maintenance looks at the record when it closes.
+const FINISH_RECORD: &str = concat!(
+    "UPDATE idempotency_records SET response_status = $4::int4, \
+     response_headers = $5::text, response_body = $6::bytea, \
+     replay_until = statement_timestamp() + ",
+    asked_window!(),
+    ", check_at = statement_timestamp() + ",
+    asked_window!(),
+    " WHERE scope = $1::text AND operation = $2::text AND key = $3::text \
+       AND resource_id = $7::text AND status = 'completed'"
+);
+/// A flow that ended in its first transaction: its window, stored open,
+/// counts from now.
+const CLOSE_WINDOW: &str = concat!(
+    "UPDATE idempotency_records SET replay_until = statement_timestamp() + ",
+    asked_window!(),
+    ", check_at = statement_timestamp() + ",
+    asked_window!(),
+    " WHERE scope = $1::text AND operation = $2::text AND key = $3::text \
+       AND resource_id = $4::text AND status = 'completed' \
+       AND replay_until - created_at >= interval '36525 days'"
+);
 const FIND: &str = "SELECT id FROM idemkey_flows WHERE scope = $1::text AND operation = $2::text \
                     AND key = $3::text ORDER BY created_at DESC LIMIT 1";
 const NEXT: &str = "SELECT status, attempts, last_error FROM outbox \
      WHERE scope = $1::text AND resource_id = $2::text AND effect = 'flow-step' \
        AND status IN ('pending', 'dead') ORDER BY id DESC LIMIT 1";
-const RESUME: &str = "UPDATE outbox SET available_at = statement_timestamp() \
+/// The next step due now: a backoff cut short (a live claim is left
+/// alone), or a dead letter younger than $3 ms sent back to pending with
+/// its attempts kept (so the next one looks the effect up first).
+const RESUME: &str = "UPDATE outbox SET available_at = statement_timestamp(), \
+     status = 'pending', settled_at = NULL \
      WHERE scope = $1::text AND resource_id = $2::text AND effect = 'flow-step' \
-       AND status = 'pending' AND available_at > statement_timestamp()";
+       AND ((status = 'pending' AND available_at > statement_timestamp()) \
+         OR (status = 'dead' \
+             AND created_at > statement_timestamp() - $3::int8 * interval '1 millisecond'))";
 
 const TRIM: &str = "DELETE FROM idemkey_flows WHERE (scope, id) IN (
         SELECT scope, id FROM idemkey_flows
@@ -378,12 +414,45 @@ impl PgDb {
         .transpose()
     }
 
-    pub(crate) async fn flow_resume(&self, scope: &str, id: Uuid) -> Result<u64, StoreError> {
+    pub(crate) async fn flow_resume(
+        &self,
+        scope: &str,
+        id: Uuid,
+        revive_within: std::time::Duration,
+    ) -> Result<u64, StoreError> {
         let client = self.client().await?;
         client
             .execute_typed(
                 &self.tables().render_static(RESUME),
-                &[(&scope, Type::TEXT), (&id.to_string(), Type::TEXT)],
+                &[
+                    (&scope, Type::TEXT),
+                    (&id.to_string(), Type::TEXT),
+                    (&crate::store::millis(revive_within), Type::INT8),
+                ],
+            )
+            .await
+            .map_err(db_error)
+    }
+
+    /// The window of execution `id`'s record, ended in its first
+    /// transaction, counted from now.
+    pub(crate) async fn flow_close_window(
+        &self,
+        scope: &str,
+        operation: &str,
+        key: &str,
+        id: Uuid,
+    ) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute_typed(
+                &self.tables().render_static(CLOSE_WINDOW),
+                &[
+                    (&scope, Type::TEXT),
+                    (&operation, Type::TEXT),
+                    (&key, Type::TEXT),
+                    (&id.to_string(), Type::TEXT),
+                ],
             )
             .await
             .map_err(db_error)

@@ -7,6 +7,12 @@
 //! costs one round trip in the common case. Behind a
 //! transaction pooler ([`PgPooler::Transaction`](crate::store::PgPooler::Transaction)) no statement depends on
 //! the session: all are unnamed (`query_typed`, still one round trip).
+//! [`send`] is the one place that decides how a statement goes.
+//!
+//! Everything that touches the library's tables is reached through the
+//! store ([`PgDb`], or the [`PgTx`] a transaction's effect receives), so it
+//! uses the store's [`Tables`](crate::store::Tables): no function here picks
+//! the default names on its own.
 
 mod conninfo;
 mod db;
@@ -17,6 +23,7 @@ pub(crate) mod flow;
 mod outbox;
 mod pooler;
 mod records;
+pub mod send;
 mod statements;
 mod tls;
 mod transaction;
@@ -26,7 +33,6 @@ pub use db::PgDb;
 pub use error::db_error;
 #[cfg(feature = "flow")]
 pub(crate) use flow::PgJournal;
-#[cfg(feature = "outbox")]
-pub use outbox::enqueue;
 pub use records::{PgRecords, read_from_row};
-pub use transaction::{run_in_transaction, set_lock_timeout};
+pub use send::{Param, execute_in, query_in};
+pub use transaction::{PgEffect, PgTx, run_in_transaction, set_lock_timeout};

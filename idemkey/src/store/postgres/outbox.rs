@@ -12,11 +12,12 @@ use uuid::Uuid;
 
 use super::db::PgDb;
 use super::error::db_error;
+use super::send;
 use crate::idempotency::RecordKey;
 use crate::store::outbox::{
     OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
 };
-use crate::store::{StoreError, from_system_time, millis};
+use crate::store::{StoreError, Tables, from_system_time, millis};
 
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 const CLAIM: &str = include_str!("sql/outbox_claim.sql");
@@ -25,33 +26,41 @@ const STATS: &str = include_str!("sql/outbox_stats.sql");
 const LIST: &str = include_str!("sql/outbox_list.sql");
 const RETRY: &str = include_str!("sql/outbox_retry.sql");
 
-/// Puts an effect in the outbox, in the caller's open transaction `tx`;
-/// returns the message's id. The outbox has no index on `resource_id`
-/// (an index entry every enqueue would pay for): to find the message again,
-/// keep its id on your own row; with the key's scope it is the outbox's
-/// primary key.
-pub async fn enqueue(
-    tx: &impl GenericClient,
+/// Puts an effect in the outbox of `tables`, in the caller's open
+/// transaction `tx`; returns the message's id. Reached through
+/// [`super::PgTx::enqueue`], which carries the store's names.
+pub(super) async fn enqueue(
+    tx: &(impl GenericClient + Sync),
+    tables: &Tables,
     key: &RecordKey,
     effect: &str,
     resource: Option<&str>,
     payload: &str,
 ) -> Result<i64, StoreError> {
-    let row = tx
-        .query_one(
-            ENQUEUE,
-            &[
-                &key.scope.as_str(),
-                &key.operation.as_str(),
-                &key.key.as_str(),
-                &effect,
-                &resource,
-                &payload,
-            ],
-        )
-        .await
-        .map_err(db_error)?;
-    row.try_get("id").map_err(db_error)
+    let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
+    let rows = send::query_in(
+        tx,
+        &tables.render_static(ENQUEUE),
+        &[
+            (&scope, Type::TEXT),
+            (&operation, Type::TEXT),
+            (&k, Type::TEXT),
+            (&effect, Type::TEXT),
+            (&resource, Type::TEXT),
+            (&payload, Type::TEXT),
+        ],
+    )
+    .await
+    .map_err(db_error)?;
+    rows.first()
+        .ok_or_else(|| StoreError::Unavailable("enqueue returned no row".into()))?
+        .try_get("id")
+        .map_err(db_error)
+}
+
+/// A message's age from the store's milliseconds (none read: zero).
+fn age_of(ms: Option<i64>) -> Duration {
+    Duration::from_millis(ms.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0))
 }
 
 fn message_from_row(row: &Row, lease: Uuid) -> Result<OutboxMessage, StoreError> {
@@ -67,6 +76,7 @@ fn message_from_row(row: &Row, lease: Uuid) -> Result<OutboxMessage, StoreError>
         attempts: u32::try_from(attempts).unwrap_or(0),
         sent_key: row.try_get("downstream_key").map_err(db_error)?,
         lease,
+        age: age_of(row.try_get::<_, Option<i64>>("age_ms").ok().flatten()),
     })
 }
 
@@ -176,10 +186,13 @@ impl PgDb {
 
     pub(crate) async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
         let client = self.client().await?;
-        let row = client
-            .query_one(&*self.tables().render_static(STATS), &[])
+        let rows = self
+            .query_pooled(&client, &self.tables().render_static(STATS), &[])
             .await
             .map_err(db_error)?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Unavailable("outbox stats returned no row".into()))?;
         let count = |name| -> Result<u64, StoreError> {
             let n: Option<i64> = row.try_get(name).map_err(db_error)?;
             Ok(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
@@ -197,10 +210,11 @@ impl PgDb {
         limit: u32,
     ) -> Result<Vec<OutboxEntry>, StoreError> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                &*self.tables().render_static(LIST),
-                &[&status, &i64::from(limit)],
+        let rows = self
+            .query_pooled(
+                &client,
+                &self.tables().render_static(LIST),
+                &[(&status, Type::TEXT), (&i64::from(limit), Type::INT8)],
             )
             .await
             .map_err(db_error)?;
@@ -231,13 +245,21 @@ impl PgDb {
         force: bool,
     ) -> Result<Requeued, StoreError> {
         let client = self.client().await?;
-        let row = client
-            .query_one(
-                &*self.tables().render_static(RETRY),
-                &[&id, &millis(retention), &force],
+        let rows = self
+            .query_pooled(
+                &client,
+                &self.tables().render_static(RETRY),
+                &[
+                    (&id, Type::INT8),
+                    (&millis(retention), Type::INT8),
+                    (&force, Type::BOOL),
+                ],
             )
             .await
             .map_err(db_error)?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Unavailable("outbox retry returned no row".into()))?;
         let requeued: i64 = row.try_get("requeued").map_err(db_error)?;
         Ok(Requeued {
             requeued: u64::try_from(requeued).unwrap_or(0),

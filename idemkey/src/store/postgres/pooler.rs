@@ -17,10 +17,11 @@
 //!   `ignore_startup_parameters`, drops it silently. Behind a pooler they
 //!   come from the role's or database's settings, which this module checks.
 
+use deadpool_postgres::PoolError;
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
-use super::error::db_error;
+use super::error::{db_error, pool_error};
 use crate::store::{PgPooler, StoreError, StoreSettings as PgSettings};
 
 /// The startup `options` of every session, where the connection path lets
@@ -56,6 +57,30 @@ pub(super) fn startup_options(settings: &PgSettings) -> Option<String> {
             settings.statement_timeout.as_millis()
         )
     })
+}
+
+/// The first connection's failure as a [`StoreError`], with the advice a
+/// pooler's refusal calls for: PgBouncer refuses the startup parameter
+/// `options` that a direct connection sends (`unsupported startup
+/// parameter: options`), so a user who forgot `--pg-pooler transaction`
+/// is told to use it. (Recognised by its text: PgBouncer's SQLSTATE,
+/// `08P01`, stands for every protocol violation.)
+pub(super) fn connect_error(err: PoolError, settings: &PgSettings) -> StoreError {
+    if settings.pooler == PgPooler::None
+        && let PoolError::Backend(e) = &err
+        && let Some(db) = e.as_db_error()
+        && db.message().contains("unsupported startup parameter")
+    {
+        return StoreError::Unavailable(format!(
+            "{}: {}: a connection pooler (PgBouncer in transaction mode) refuses the timeouts \
+             a direct connection sends; behind it, use --pg-pooler transaction \
+             (StoreSettings::pooler = PgPooler::Transaction) and set the timeouts on the role \
+             (docs/pgbouncer.md)",
+            db.code().code(),
+            db.message(),
+        ));
+    }
+    pool_error(err)
 }
 
 /// Checks at start that the sessions get bounded timeouts. Direct: that

@@ -15,18 +15,19 @@ use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::ClientWrapper;
 use idemkey_core::{Fingerprint, UnixMillis};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
 use super::db::PgDb;
 use super::error::db_error;
-use super::statements::{DEFAULT, Statements};
+use super::send::{self, Param};
+use super::statements::Statements;
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{PgPooler, StoreError, from_system_time, millis};
+use crate::store::{StoreError, from_system_time, millis};
 
 /// The records of one client or open transaction.
 #[derive(Debug)]
@@ -39,17 +40,9 @@ pub struct PgRecords<'a, C> {
 }
 
 impl<'a, C> PgRecords<'a, C> {
-    /// The records of `client` (a connection or an open transaction), in
-    /// the tables of the default names.
-    pub fn new(client: &'a C) -> Self {
-        Self {
-            client,
-            sql: &DEFAULT,
-            cache: None,
-        }
-    }
-
-    /// The records of `client` in the tables `db` uses (its prefix).
+    /// The records of `client` (a connection or an open transaction) in
+    /// the tables `db` uses (its prefix). There is no form without the
+    /// store: the names are the store's, never a default picked here.
     pub fn of(db: &'a PgDb, client: &'a C) -> Self {
         Self {
             client,
@@ -61,59 +54,28 @@ impl<'a, C> PgRecords<'a, C> {
 
 impl<'a> PgRecords<'a, tokio_postgres::Client> {
     /// The records of one of `db`'s own connections: its statements are
-    /// prepared once per connection unless a transaction pooler sits
-    /// between (where a named statement may be on another server
-    /// connection at the next transaction).
+    /// sent as [`super::send`] decides for the store's pooler.
     fn pooled(db: &'a PgDb, conn: &'a deadpool_postgres::Object) -> Self {
         Self {
             client: conn,
             sql: &db.sql,
-            cache: (db.pooler() == PgPooler::None).then_some(&**conn),
+            cache: db.cache(conn),
         }
     }
 }
-
-type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 impl<C: GenericClient + Sync> PgRecords<'_, C> {
     async fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, StoreError> {
-        match self.cache {
-            Some(conn) => {
-                let (statement, values) = prepared(conn, sql, params).await?;
-                conn.query(&statement, &values).await.map_err(db_error)
-            }
-            None => self.client.query_typed(sql, params).await.map_err(db_error),
-        }
+        send::rows(self.cache, self.client, sql, params)
+            .await
+            .map_err(db_error)
     }
 
-    async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
-        match self.cache {
-            Some(conn) => {
-                let (statement, values) = prepared(conn, sql, params).await?;
-                conn.execute(&statement, &values).await.map_err(db_error)
-            }
-            None => self
-                .client
-                .execute_typed(sql, params)
-                .await
-                .map_err(db_error),
-        }
+    async fn changed(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
+        send::changed(self.cache, self.client, sql, params)
+            .await
+            .map_err(db_error)
     }
-}
-
-/// `sql` prepared on `conn` (once per connection and parameter types) and
-/// the values to bind to it.
-async fn prepared<'p>(
-    conn: &ClientWrapper,
-    sql: &str,
-    params: &[Param<'p>],
-) -> Result<(tokio_postgres::Statement, Vec<&'p (dyn ToSql + Sync)>), StoreError> {
-    let types: Vec<Type> = params.iter().map(|(_, ty)| ty.clone()).collect();
-    let statement = conn
-        .prepare_typed_cached(sql, &types)
-        .await
-        .map_err(db_error)?;
-    Ok((statement, params.iter().map(|(value, _)| *value).collect()))
 }
 
 impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
@@ -171,7 +133,7 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
         let (lease, replay) = (millis(claim.lease), millis(claim.replay_ttl));
         let state = state_name(&previous.stored);
         let rows = self
-            .execute(
+            .changed(
                 &self.sql.take_over,
                 &[
                     (&scope, Type::TEXT),
@@ -203,7 +165,7 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
         let headers = response.headers_json();
         let body = response.body.as_deref();
         let rows = self
-            .execute(
+            .changed(
                 &self.sql.complete,
                 &[
                     (&scope, Type::TEXT),
@@ -224,7 +186,7 @@ impl<C: GenericClient + Sync> Records for PgRecords<'_, C> {
     async fn release(&self, key: &RecordKey, token: ClaimToken) -> Result<bool, StoreError> {
         let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
         let rows = self
-            .execute(
+            .changed(
                 &self.sql.release,
                 &[
                     (&scope, Type::TEXT),

@@ -142,9 +142,19 @@ pub(super) fn configure(url: &str) -> Result<(tokio_postgres::Config, MakeRustls
     Ok((config, MakeRustlsConnect::new(tls)))
 }
 
-/// rustls with ring, the one provider the workspace builds.
+/// rustls with ring, the one provider the workspace builds (no C toolchain
+/// or cmake for a user's build, unlike aws-lc-rs), named explicitly so that a
+/// user whose tree also enables aws-lc-rs gets no ambiguous process default.
+///
+/// rustls 0.23.48 deprecates `ring::default_provider` for lacking
+/// post-quantum key exchange and offers no other way to name ring: the
+/// `allow` keeps a fresh resolve's build warning-free
+/// (scripts/test.d/57-scratch-app.sh builds one with warnings denied).
+/// Post-quantum groups come with a move to aws-lc-rs, a decision of its own.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    #[allow(deprecated)]
+    let ring = rustls::crypto::ring::default_provider();
+    Arc::new(ring)
 }
 
 /// The roots to check the server's certificate against, if any: the

@@ -151,8 +151,12 @@ impl RedisDb {
     /// `url` names, and checks that it answers.
     pub async fn connect(url: &str, settings: &RedisSettings) -> Result<Self, StoreError> {
         // rustls is built with ring only; make it the process default so
-        // rediss:// works whatever else links rustls.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // rediss:// works whatever else links rustls. rustls 0.23.48
+        // deprecates ring's provider (no post-quantum groups) with no other
+        // way to name it; moving to aws-lc-rs is a decision of its own.
+        #[allow(deprecated)]
+        let ring = rustls::crypto::ring::default_provider();
+        let _ = ring.install_default();
         // The parser's message never repeats the URL (nor its password).
         let invalid = |e: RedisError| StoreError::Unavailable(format!("invalid Redis URL: {e}"));
         let certs = match &settings.ca_file {

@@ -171,6 +171,7 @@ impl SqliteDb {
                     include_str!("migrations/steps_0002.sql"),
                 )],
             ),
+            &["id"],
         )
     }
 

@@ -43,18 +43,50 @@ const UPDATE_FLOW: &str = "UPDATE idemkey_flows SET state = ?2, position = ?3, f
      error = ?5, response_status = ?6, response_headers = ?7, response_body = ?8, \
      updated_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) \
      WHERE scope = ?9 AND id = ?1";
-const FINISH_RECORD: &str = "UPDATE idempotency_records SET response_status = ?4, \
-     response_headers = ?5, response_body = ?6 \
-     WHERE scope = ?1 AND operation = ?2 AND key = ?3 AND resource_id = ?7 \
-       AND status = 'completed'";
+/// The replay window a flow's record asked for: its window less the open
+/// one it was stored with ([`crate::store::flow::OPEN_WINDOW`]), or, for a
+/// record stored before flows kept their window open, its whole window.
+macro_rules! asked_window {
+    () => {
+        "(CASE WHEN replay_until - created_at >= 3155760000000 \
+         THEN replay_until - created_at - 3155760000000 \
+         ELSE replay_until - created_at END)"
+    };
+}
+/// The final response, replayed for the window asked, counted from now
+/// (the flow's end).
+const FINISH_RECORD: &str = concat!(
+    "UPDATE idempotency_records SET response_status = ?4, \
+     response_headers = ?5, response_body = ?6, \
+     replay_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + ",
+    asked_window!(),
+    " WHERE scope = ?1 AND operation = ?2 AND key = ?3 AND resource_id = ?7 \
+       AND status = 'completed'"
+);
+/// A flow that ended in its first transaction: its window, stored open,
+/// counts from now.
+const CLOSE_WINDOW: &str = concat!(
+    "UPDATE idempotency_records \
+     SET replay_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + ",
+    asked_window!(),
+    " WHERE scope = ?1 AND operation = ?2 AND key = ?3 AND resource_id = ?4 \
+       AND status = 'completed' AND replay_until - created_at >= 3155760000000"
+);
 const FIND: &str = "SELECT id FROM idemkey_flows WHERE scope = ?1 AND operation = ?2 AND key = ?3 \
                     ORDER BY created_at DESC, rowid DESC LIMIT 1";
 const NEXT: &str = "SELECT status, attempts, last_error FROM outbox \
      WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' \
        AND status IN ('pending', 'dead') ORDER BY id DESC LIMIT 1";
-const RESUME: &str = "UPDATE outbox SET available_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) \
-     WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' AND status = 'pending' \
-       AND available_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)";
+/// The next step due now: a backoff cut short (a live claim is left
+/// alone), or a dead letter younger than ?3 ms sent back to pending with
+/// its attempts kept (so the next one looks the effect up first).
+const RESUME: &str = "UPDATE outbox SET available_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER), \
+     status = 'pending', settled_at = NULL \
+     WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' \
+       AND ((status = 'pending' \
+             AND available_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)) \
+         OR (status = 'dead' \
+             AND created_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - ?3))";
 
 const TRIM: &str = "DELETE FROM idemkey_flows WHERE rowid IN (
         SELECT rowid FROM idemkey_flows
@@ -383,12 +415,38 @@ impl SqliteDb {
         .await
     }
 
-    pub(crate) async fn flow_resume(&self, scope: &str, id: Uuid) -> Result<u64, StoreError> {
+    pub(crate) async fn flow_resume(
+        &self,
+        scope: &str,
+        id: Uuid,
+        revive_within: std::time::Duration,
+    ) -> Result<u64, StoreError> {
         let tables = self.tables().clone();
         let scope = scope.to_owned();
+        let within = crate::store::millis(revive_within);
         self.with_conn(move |conn| {
             conn.prepare_cached(&tables.render_static(RESUME))
-                .and_then(|mut stmt| stmt.execute(params![scope, id.to_string()]))
+                .and_then(|mut stmt| stmt.execute(params![scope, id.to_string(), within]))
+                .map(|n| n as u64)
+                .map_err(sqlite_error)
+        })
+        .await
+    }
+
+    /// The window of execution `id`'s record, ended in its first
+    /// transaction, counted from now.
+    pub(crate) async fn flow_close_window(
+        &self,
+        scope: &str,
+        operation: &str,
+        key: &str,
+        id: Uuid,
+    ) -> Result<u64, StoreError> {
+        let tables = self.tables().clone();
+        let args = (scope.to_owned(), operation.to_owned(), key.to_owned());
+        self.with_conn(move |conn| {
+            conn.prepare_cached(&tables.render_static(CLOSE_WINDOW))
+                .and_then(|mut stmt| stmt.execute(params![args.0, args.1, args.2, id.to_string()]))
                 .map(|n| n as u64)
                 .map_err(sqlite_error)
         })

@@ -94,42 +94,44 @@ pub(super) fn migrate_in(
     tx.commit()
 }
 
-/// Whether `adopt`'s table exists with its marker column; a table of that
-/// name without it is someone else's.
+/// Whether `adopt`'s table exists as the migration would have made it: a
+/// table (not a view) with every column of [`migrations::Adopt::columns`]
+/// and the primary key it names. Anything else of that name is someone
+/// else's.
 fn adoptable(
     conn: &Connection,
     tables: &Tables,
     adopt: migrations::Adopt,
 ) -> rusqlite::Result<bool> {
     let table = tables.render(adopt.table);
-    let exists = conn
+    let Some(kind) = conn
         .query_row(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            "SELECT type FROM sqlite_master WHERE name = ?1 AND type IN ('table', 'view')",
             [&table],
-            |_| Ok(()),
+            |row| row.get::<_, String>(0),
         )
         .optional()?
-        .is_some();
-    if !exists {
+    else {
         return Ok(false);
-    }
-    let marked = conn
-        .query_row(
-            "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2",
-            params![table, adopt.column],
-            |_| Ok(()),
-        )
-        .optional()?
-        .is_some();
-    if marked {
-        Ok(true)
-    } else {
-        Err(rusqlite::Error::SqliteFailure(
+    };
+    let mut stmt = conn.prepare("SELECT name, pk FROM pragma_table_info(?1)")?;
+    let info = stmt
+        .query_map([&table], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut key: Vec<_> = info.iter().filter(|(_, pk)| *pk > 0).collect();
+    key.sort_by_key(|(_, pk)| *pk);
+    let key: Vec<String> = key.into_iter().map(|(name, _)| name.clone()).collect();
+    let columns: Vec<String> = info.into_iter().map(|(name, _)| name).collect();
+    match migrations::misfit(adopt, kind == "table", &columns, &key) {
+        None => Ok(true),
+        Some(why) => Err(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT),
             Some(format!(
-                "table {table} exists but was not made by idemkey: choose a table prefix"
+                "{table} exists but is not the table idemkey makes ({why}): choose a table prefix"
             )),
-        ))
+        )),
     }
 }
 

@@ -41,8 +41,6 @@ pub use connection::{DEFAULT_WAIT, immediate, sqlite_error};
 pub use db::SqliteDb;
 #[cfg(feature = "flow")]
 pub(crate) use flow::SqliteJournal;
-#[cfg(feature = "outbox")]
-pub use outbox::enqueue;
 pub use readers::{DEFAULT_READERS, MAX_READERS};
 pub use records::{SqliteRecords, read_from_row};
-pub use transaction::{run_in_savepoint, run_in_transaction};
+pub use transaction::{SqliteTx, run_in_savepoint, run_in_transaction};

@@ -1,7 +1,7 @@
 //! The outbox's statements on SQLite: claim under a lease, settle a batch
 //! of claims in one transaction (each under its own lease), and the
 //! operator's figures and listings. (Enqueueing runs in the caller's
-//! transaction: [`enqueue`].)
+//! transaction: [`super::SqliteTx::enqueue`].)
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use crate::idempotency::RecordKey;
 use crate::store::outbox::{
     OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
 };
-use crate::store::{StoreError, millis};
+use crate::store::{StoreError, Tables, millis};
 use idemkey_core::UnixMillis;
 
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
@@ -28,19 +28,18 @@ const RETRY_TOO_OLD: &str = include_str!("sql/outbox_retry_too_old.sql");
 /// How long the figures wait for the connection before giving up.
 const STATS_WAIT: Duration = Duration::from_millis(200);
 
-/// Puts an effect in the outbox, in the caller's open transaction `conn`:
-/// it is delivered only if that transaction commits. Returns the message's
-/// id: the outbox has no index on `resource_id` (an index entry every
-/// enqueue would pay for), so keep the id on your own row to find the
-/// message again.
-pub fn enqueue(
+/// Puts an effect in the outbox of `tables`, in the caller's open
+/// transaction `conn`; returns the message's id. Reached through
+/// [`super::SqliteTx::enqueue`], which carries the store's names.
+pub(super) fn enqueue(
     conn: &Connection,
+    tables: &Tables,
     key: &RecordKey,
     effect: &str,
     resource: Option<&str>,
     payload: &str,
 ) -> Result<i64, StoreError> {
-    conn.prepare_cached(ENQUEUE)
+    conn.prepare_cached(&tables.render_static(ENQUEUE))
         .and_then(|mut stmt| {
             stmt.execute(params![
                 key.scope.as_str(),
@@ -87,6 +86,9 @@ impl SqliteDb {
                                 attempts: u32::try_from(attempts).unwrap_or(0),
                                 sent_key: row.get(8)?,
                                 lease,
+                                age: Duration::from_millis(
+                                    u64::try_from(row.get::<_, i64>(9)?).unwrap_or(0),
+                                ),
                             })
                         },
                     )?

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::connection::{immediate, sqlite_error};
 use super::db::SqliteDb;
-use super::statements::{DEFAULT, Statements};
+use super::statements::Statements;
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
@@ -28,16 +28,9 @@ pub struct SqliteRecords<'a> {
 }
 
 impl<'a> SqliteRecords<'a> {
-    /// The records of `conn` (a connection or an open transaction), in the
-    /// tables of the default names.
-    pub fn new(conn: &'a Connection) -> Self {
-        Self {
-            conn,
-            sql: Arc::clone(&DEFAULT),
-        }
-    }
-
-    /// The records of `conn` in the tables `db` uses (its prefix).
+    /// The records of `conn` (a connection or an open transaction) in the
+    /// tables `db` uses (its prefix). There is no form without the store:
+    /// the names are the store's, never a default picked here.
     pub fn of(db: &SqliteDb, conn: &'a Connection) -> Self {
         Self {
             conn,
@@ -399,7 +392,10 @@ mod tests {
             &super::super::SqliteDb::library_migrations(),
         )
         .expect("migrate");
-        let records = SqliteRecords::new(&conn);
+        let records = SqliteRecords {
+            conn: &conn,
+            sql: Arc::new(Statements::new(&crate::store::Tables::default())),
+        };
         let key = RecordKey {
             scope: Scope::new("tenant-a").expect("a scope"),
             operation: ORDER_OPERATION,
@@ -422,7 +418,7 @@ mod tests {
                 })
             ));
         }
-        for sql in [&*DEFAULT.claim, &*DEFAULT.read] {
+        for sql in [&*records.sql.claim, &*records.sql.read] {
             let stmt = conn.prepare_cached(sql).expect("cached");
             assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
             assert!(stmt.get_status(StatementStatus::Run) >= 20, "{sql}");

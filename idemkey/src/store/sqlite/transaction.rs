@@ -8,15 +8,75 @@ use idemkey_core::Fingerprint;
 use rusqlite::Connection;
 
 use super::connection::{immediate, sqlite_error};
-use super::records::SqliteRecords;
+use super::db::SqliteDb;
 use crate::idempotency::{self, Done, Outcome, Policy, RecordKey};
+#[cfg(feature = "outbox")]
+use crate::store::StoreError;
+use crate::store::Tables;
+
+/// An open transaction (or savepoint) of a [`SqliteDb`]'s database, with
+/// the store's table names: what an effect run in a transaction receives.
+/// It derefs to the driver's [`Connection`] for your own statements, and
+/// whatever it writes into the library's tables ([`SqliteTx::enqueue`])
+/// goes to the store's tables, by construction.
+#[derive(Clone, Copy)]
+pub struct SqliteTx<'a> {
+    conn: &'a Connection,
+    db: &'a SqliteDb,
+}
+
+impl std::fmt::Debug for SqliteTx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteTx")
+            .field("tables", self.db.tables())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> SqliteTx<'a> {
+    /// The open transaction's connection (also reached by deref).
+    pub fn connection(&self) -> &'a Connection {
+        self.conn
+    }
+
+    /// The store's table names, for statements of your own that join the
+    /// library's tables ([`Tables::render`]).
+    pub fn tables(&self) -> &'a Tables {
+        self.db.tables()
+    }
+
+    /// Puts an effect in the store's outbox in this transaction: it is
+    /// delivered only if the transaction commits. Returns the message's id:
+    /// the outbox has no index on `resource_id` (an index entry every
+    /// enqueue would pay for), so keep the id on your own row to find the
+    /// message again.
+    #[cfg(feature = "outbox")]
+    pub fn enqueue(
+        &self,
+        key: &RecordKey,
+        effect: &str,
+        resource: Option<&str>,
+        payload: &str,
+    ) -> Result<i64, StoreError> {
+        super::outbox::enqueue(self.conn, self.tables(), key, effect, resource, payload)
+    }
+}
+
+impl Deref for SqliteTx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
 
 /// Runs [`idempotency::run`] in a new `BEGIN IMMEDIATE` transaction of
-/// `conn`, `effect` receiving the open transaction. Blocking: call it on a
-/// blocking thread. Commits only when the effect ran and its response is
-/// stored; a replay, a rejection, a temporary status or an error rolls
-/// everything back.
+/// `conn` (a connection to `db`'s database) on `db`'s tables, `effect`
+/// receiving the open transaction. Blocking: call it on a blocking thread.
+/// Commits only when the effect ran and its response is stored; a replay,
+/// a rejection, a temporary status or an error rolls everything back.
 pub fn run_in_transaction<T, E, F>(
+    db: &SqliteDb,
     conn: &mut Connection,
     key: &RecordKey,
     fingerprint: Fingerprint,
@@ -24,10 +84,10 @@ pub fn run_in_transaction<T, E, F>(
     effect: F,
 ) -> Result<Outcome<T>, idempotency::Error<E>>
 where
-    F: FnOnce(&rusqlite::Transaction<'_>) -> Result<Done<T>, E>,
+    F: FnOnce(SqliteTx<'_>) -> Result<Done<T>, E>,
 {
     let tx = immediate(conn)?;
-    let outcome = run_engine(&tx, key, fingerprint, policy, effect)?;
+    let outcome = run_engine(db, &tx, key, fingerprint, policy, effect)?;
     if matches!(outcome, Outcome::Executed { stored: true, .. }) {
         tx.commit().map_err(sqlite_error)?;
     } else {
@@ -41,6 +101,7 @@ where
 /// the effect ran and its response is stored, and rolled back otherwise, so
 /// one order's failure leaves its batch-mates' work in place.
 pub fn run_in_savepoint<T, E, F>(
+    db: &SqliteDb,
     tx: &mut rusqlite::Transaction<'_>,
     key: &RecordKey,
     fingerprint: Fingerprint,
@@ -48,11 +109,11 @@ pub fn run_in_savepoint<T, E, F>(
     effect: F,
 ) -> Result<Outcome<T>, idempotency::Error<E>>
 where
-    F: FnOnce(&Connection) -> Result<Done<T>, E>,
+    F: FnOnce(SqliteTx<'_>) -> Result<Done<T>, E>,
 {
     let savepoint = tx.savepoint().map_err(sqlite_error)?;
     // Dropped on an error: rolled back to and released.
-    let outcome = run_engine(&savepoint, key, fingerprint, policy, |sp| effect(sp))?;
+    let outcome = run_engine(db, &savepoint, key, fingerprint, policy, effect)?;
     if matches!(outcome, Outcome::Executed { stored: true, .. }) {
         savepoint.commit().map_err(sqlite_error)?;
     } else {
@@ -65,8 +126,9 @@ where
 /// The engine on an open transaction or savepoint `open`. Every step is
 /// synchronous (SQLite is local and the transaction holds the write lock),
 /// so the engine's future completes without waiting.
-fn run_engine<'c, C, T, E, F>(
-    open: &'c C,
+fn run_engine<C, T, E, F>(
+    db: &SqliteDb,
+    open: &C,
     key: &RecordKey,
     fingerprint: Fingerprint,
     policy: &Policy,
@@ -74,13 +136,14 @@ fn run_engine<'c, C, T, E, F>(
 ) -> Result<Outcome<T>, idempotency::Error<E>>
 where
     C: Deref<Target = Connection>,
-    F: FnOnce(&'c C) -> Result<Done<T>, E>,
+    F: FnOnce(SqliteTx<'_>) -> Result<Done<T>, E>,
 {
+    let conn: &Connection = open;
     pollster::block_on(idempotency::run(
-        &SqliteRecords::new(open),
+        &db.records(conn),
         key,
         fingerprint,
         policy,
-        async move || effect(open),
+        async move || effect(SqliteTx { conn, db }),
     ))
 }

@@ -1,7 +1,9 @@
 //! Accounts and tokens on PostgreSQL: the operator's commands, demo mode's
 //! start and the batched `last_used_at` (see [`crate::db::Db`]'s methods).
-//! Every statement is unnamed (`*_typed`), so these work behind a
-//! transaction-mode pooler too (see `pooler.rs`).
+//! Every statement is unnamed (`*_typed`), or sent as the store decides
+//! (`PgDb::query_pooled`: the account lookup of every request, prepared once per
+//! connection on a direct path), so these work behind a transaction-mode
+//! pooler too (see `idemkey::store::postgres::send`).
 
 use std::time::SystemTime;
 
@@ -37,11 +39,11 @@ impl super::PgOrders {
         token: TokenHash,
     ) -> Result<crate::db::Authed<AccountId>, StoreError> {
         let client = self.client().await?;
-        let row = client
-            .query_opt(ACCOUNT_OF_TOKEN, &[&&token.0[..]])
+        let rows = self
+            .query_pooled(&client, ACCOUNT_OF_TOKEN, &[(&&token.0[..], Type::BYTEA)])
             .await
             .map_err(db_error)?;
-        Ok(match row {
+        Ok(match rows.first() {
             Some(row) => crate::db::Authed::Ok(AccountId(row.try_get(0).map_err(db_error)?)),
             None => crate::db::Authed::Unauthorized,
         })

@@ -23,8 +23,7 @@ use crate::db::{
     Price, Refusal, StoreError, TokenHash, from_system_time, to_system_time,
 };
 use idemkey::idempotency::{self, ClaimToken, Done, Outcome, Policy, Read, RecordKey, Source};
-use idemkey::store::PgPooler;
-use idemkey::store::postgres::{db_error, read_from_row, run_in_transaction};
+use idemkey::store::postgres::{db_error, query_in, read_from_row, run_in_transaction};
 
 /// The fused statement (without its charge in a `without-payments` build).
 static CREATE_ORDER: LazyLock<Cow<'static, str>> =
@@ -186,33 +185,44 @@ impl super::PgOrders {
         let (order, response) = (draft.order.clone(), draft.response.clone());
         let (price, charge) = (draft.price.clone(), draft.charge.clone());
         let (operation, key) = (operation.to_owned(), key.to_owned());
-        let outcome =
-            run_in_transaction(client, &record_key, draft.fingerprint, policy, None, |tx| {
+        let outcome = run_in_transaction(
+            self,
+            client,
+            &record_key,
+            draft.fingerprint,
+            policy,
+            None,
+            |tx| {
                 Box::pin(async move {
                     let quantity = i32::from(order.quantity);
                     let created_at = to_system_time(order.created_at);
                     let amount = order.amount.as_ref().map_or(0, |(cents, _)| *cents);
                     let reference = order.reference.as_deref();
-                    let row = tx
-                        .query_one(
-                            &**INSERT_ORDER,
-                            &[
-                                &order.id,
-                                &account.0,
-                                &order.sku,
-                                &quantity,
-                                &created_at,
-                                &price.unit_cents,
-                                &price.currency,
-                                &reference,
-                                &amount,
-                                &operation,
-                                &key,
-                                &charge,
-                            ],
-                        )
-                        .await
-                        .map_err(db_error)?;
+                    let rows = query_in(
+                        &*tx,
+                        &INSERT_ORDER,
+                        &[
+                            (&order.id, Type::UUID),
+                            (&account.0, Type::UUID),
+                            (&order.sku, Type::TEXT),
+                            (&quantity, Type::INT4),
+                            (&created_at, Type::TIMESTAMPTZ),
+                            (&price.unit_cents, Type::INT8),
+                            (&price.currency, Type::TEXT),
+                            (&reference, Type::TEXT),
+                            (&amount, Type::INT8),
+                            (&operation, Type::TEXT),
+                            (&key, Type::TEXT),
+                            (&charge, Type::TEXT),
+                        ],
+                    )
+                    .await
+                    .map_err(db_error)?;
+                    let row = rows.first().ok_or_else(|| {
+                        OrderEffectError::Store(StoreError::Unavailable(
+                            "order insert returned no row".into(),
+                        ))
+                    })?;
                     let created: bool = row.try_get("created").map_err(db_error)?;
                     if !created {
                         let taken: Option<Uuid> = row.try_get("taken").map_err(db_error)?;
@@ -227,8 +237,9 @@ impl super::PgOrders {
                         value: (),
                     })
                 })
-            })
-            .await;
+            },
+        )
+        .await;
         Ok(Some(Authed::Ok(match OrderEffectError::split(outcome)? {
             Ok(outcome) => outcome.into(),
             Err(refusal) => OrderAttempt::Refused(refusal),
@@ -238,7 +249,10 @@ impl super::PgOrders {
     /// The catalogue: every sku with its price.
     pub(crate) async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
         let client = self.client().await?;
-        let rows = client.query(PRODUCTS, &[]).await.map_err(db_error)?;
+        let rows = self
+            .query_pooled(&client, PRODUCTS, &[])
+            .await
+            .map_err(db_error)?;
         rows.iter()
             .map(|row| {
                 Ok((
@@ -325,8 +339,8 @@ fn is_reference_conflict(err: &tokio_postgres::Error) -> bool {
 }
 
 impl super::PgOrders {
-    /// Runs one of the order route's statements on `client`: prepared once
-    /// per connection, or unnamed behind a transaction pooler.
+    /// Runs one of the order route's statements on `client`, as the store
+    /// decides for its pooler (`idemkey::store::postgres::send`).
     async fn rows(
         &self,
         client: &Object,
@@ -343,14 +357,7 @@ impl super::PgOrders {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        match self.pooler() {
-            PgPooler::None => {
-                let stmt = client.prepare_cached(sql).await?;
-                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-                client.query(&stmt, &values).await
-            }
-            PgPooler::Transaction => client.query_typed(sql, params).await,
-        }
+        self.query_pooled(client, sql, params).await
     }
 
     async fn lookup_row(

@@ -2,8 +2,10 @@
 //! purchase) in the journal's transaction, or release it.
 
 use idemkey::flow::{PgStepFuture, StepContext, StepError};
+use idemkey::store::postgres::{execute_in, query_in};
 use serde_json::json;
 use tokio_postgres::Transaction;
+use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::db::reservation::{Reservation, reservation_of};
@@ -33,14 +35,20 @@ pub(crate) fn reserve<'t>(tx: &'t Transaction<'_>, ctx: StepContext) -> PgStepFu
     Box::pin(async move {
         let Reservation { sku, quantity } = reservation_of(&ctx)?;
         let account = Uuid::try_parse(&ctx.scope).map_err(|e| StepError::Retry(e.to_string()))?;
-        let row = tx
-            .query_opt(
-                RESERVE,
-                &[&ctx.flow_id, &account, &sku, &i32::from(quantity)],
-            )
-            .await
-            .map_err(retry)?;
-        let Some(row) = row else {
+        let quantity = i32::from(quantity);
+        let rows = query_in(
+            tx,
+            RESERVE,
+            &[
+                (&ctx.flow_id, Type::UUID),
+                (&account, Type::UUID),
+                (&sku, Type::TEXT),
+                (&quantity, Type::INT4),
+            ],
+        )
+        .await
+        .map_err(retry)?;
+        let Some(row) = rows.first() else {
             return Err(StepError::Refused(format!("out of stock: {sku}")));
         };
         let amount: i64 = row.get(0);
@@ -55,9 +63,13 @@ pub(crate) fn reserve<'t>(tx: &'t Transaction<'_>, ctx: StepContext) -> PgStepFu
 pub(crate) fn release<'t>(tx: &'t Transaction<'_>, ctx: StepContext) -> PgStepFuture<'t> {
     Box::pin(async move {
         let account = Uuid::try_parse(&ctx.scope).map_err(|e| StepError::Retry(e.to_string()))?;
-        tx.execute(RELEASE, &[&ctx.flow_id, &account])
-            .await
-            .map_err(retry)?;
+        execute_in(
+            tx,
+            RELEASE,
+            &[(&ctx.flow_id, Type::UUID), (&account, Type::UUID)],
+        )
+        .await
+        .map_err(retry)?;
         Ok(serde_json::Value::Null)
     })
 }

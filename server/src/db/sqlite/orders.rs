@@ -11,7 +11,8 @@ use crate::db::{
     Price, Refusal, StoreError, TokenHash,
 };
 use idemkey::idempotency::{Done, Policy, Read, RecordKey};
-use idemkey::store::sqlite::{SqliteRecords, enqueue, run_in_savepoint, sqlite_error};
+use idemkey::store::SqliteDb;
+use idemkey::store::sqlite::{SqliteTx, run_in_savepoint, sqlite_error};
 
 const ACCOUNT: &str = include_str!("sql/account.sql");
 const PRODUCTS: &str = include_str!("sql/products.sql");
@@ -51,7 +52,7 @@ impl From<rusqlite::Error> for OrderEffectError {
 /// amount and its charge's id, when its price is the catalogue's and its
 /// reference is free.
 fn insert_order(
-    conn: &Connection,
+    conn: SqliteTx<'_>,
     account: AccountId,
     key: &RecordKey,
     draft: &OrderDraft,
@@ -74,7 +75,7 @@ fn insert_order(
         None
     } else {
         Some(
-            enqueue(conn, key, "charge", Some(&id), &draft.charge)
+            conn.enqueue(key, "charge", Some(&id), &draft.charge)
                 .map_err(OrderEffectError::Store)?,
         )
     };
@@ -99,6 +100,7 @@ fn insert_order(
 
 /// One order in the batch's open transaction `tx`, in its own savepoint.
 fn create_order_in(
+    db: &SqliteDb,
     tx: &mut rusqlite::Transaction<'_>,
     token: TokenHash,
     draft: &OrderDraft,
@@ -113,7 +115,7 @@ fn create_order_in(
         operation: draft.operation.clone(),
         key: draft.key.clone(),
     };
-    let outcome = run_in_savepoint(tx, &key, draft.fingerprint, policy, |conn| {
+    let outcome = run_in_savepoint(db, tx, &key, draft.fingerprint, policy, |conn| {
         insert_order(conn, account, &key, draft)?;
         if let Some(hold) = hold {
             hold.wait_blocking();
@@ -130,7 +132,7 @@ fn create_order_in(
     };
     // Answered from a completed record: read it back for the replay cache.
     let seen = if outcome.answerable_from_copy() {
-        Some((account, SqliteRecords::new(tx).read_now(&key)?))
+        Some((account, db.records(tx).read_now(&key)?))
     } else {
         None
     };
@@ -178,8 +180,9 @@ impl super::SqliteOrders {
         policy: &Policy,
     ) -> Result<Authed<OrderAttempt>, StoreError> {
         let (draft, policy) = (draft.clone(), *policy);
+        let db = SqliteDb::clone(self);
         self.group_commit(move |tx| {
-            create_order_in(tx, token, &draft, &policy, draft.hold.as_ref())
+            create_order_in(&db, tx, token, &draft, &policy, draft.hold.as_ref())
         })
         .await
     }
@@ -191,7 +194,7 @@ impl super::SqliteOrders {
         key: &IdempotencyKey,
     ) -> Result<Authed<Read>, StoreError> {
         let (operation, key) = (operation.clone(), key.clone());
-        let db = idemkey::store::SqliteDb::clone(self);
+        let db = SqliteDb::clone(self);
         self.with_reader(move |conn| {
             let Some(account) = account_of(conn, token)? else {
                 return Ok(Authed::Unauthorized);

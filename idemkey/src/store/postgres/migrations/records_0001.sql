@@ -1,12 +1,20 @@
 -- One row per (scope, operation, key): the key's claim, then its stored
--- response, then (past the replay window) its tombstone.
+-- response, then (past the replay window) its tombstone. Every constraint
+-- is named: a generated name is shortened differently from a spelled-out
+-- one past 63 bytes (a long table prefix), and records/3 drops by name.
 CREATE TABLE idempotency_records (
     scope            text NOT NULL,
     operation        text NOT NULL,
-    key              text NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
-    fingerprint      bytea NOT NULL CHECK (length(fingerprint) = 32),
-    status           text NOT NULL CHECK (status IN ('in_flight', 'completed', 'tombstone')),
-    response_status  integer CHECK (response_status BETWEEN 100 AND 599),
+    key              text NOT NULL
+                     CONSTRAINT idempotency_records_key_check CHECK (length(key) BETWEEN 1 AND 255),
+    fingerprint      bytea NOT NULL
+                     CONSTRAINT idempotency_records_fingerprint_check CHECK (length(fingerprint) = 32),
+    status           text NOT NULL
+                     CONSTRAINT idempotency_records_status_check
+                     CHECK (status IN ('in_flight', 'completed', 'tombstone')),
+    response_status  integer
+                     CONSTRAINT idempotency_records_response_status_check
+                     CHECK (response_status BETWEEN 100 AND 599),
     response_headers text,
     response_body    bytea,
     created_at       timestamptz NOT NULL,
@@ -14,7 +22,7 @@ CREATE TABLE idempotency_records (
     lease_until      timestamptz,
     resource_id      text,
     claim            uuid NOT NULL,
-    PRIMARY KEY (scope, operation, key),
+    CONSTRAINT idempotency_records_pkey PRIMARY KEY (scope, operation, key),
     CONSTRAINT idempotency_records_check1 CHECK ((status = 'in_flight') = (lease_until IS NOT NULL)),
     CONSTRAINT idempotency_records_completed CHECK ((status = 'completed') = (response_status IS NOT NULL)),
     CONSTRAINT idempotency_records_window CHECK (status = 'in_flight' OR replay_until IS NOT NULL)

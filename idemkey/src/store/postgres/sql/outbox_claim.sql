@@ -26,4 +26,5 @@ FROM unnest(ARRAY(
 )) AS due (scope text, id bigint)
 WHERE m.scope = due.scope AND m.id = due.id
 RETURNING m.id, m.scope, m.operation, m.key, m.effect, m.resource_id, m.payload, m.attempts,
-          m.downstream_key
+          m.downstream_key,
+          (extract(epoch FROM statement_timestamp() - m.created_at) * 1000)::int8 AS age_ms

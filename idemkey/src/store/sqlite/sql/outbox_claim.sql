@@ -13,4 +13,5 @@ WHERE id IN (
     ORDER BY available_at
     LIMIT ?1
 )
-RETURNING id, scope, operation, key, effect, resource_id, payload, attempts, downstream_key
+RETURNING id, scope, operation, key, effect, resource_id, payload, attempts, downstream_key,
+          CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - created_at AS age_ms
