@@ -762,13 +762,13 @@ function currentPurchases() {
 
 /**
  * A step that is running again after an attempt that may have reached the
- * provider (its answer was lost, or it failed): the worker's next attempt
+ * provider (the state document's `maybe_sent`): the worker's next attempt
  * looks the effect up by the step's key before it sends anything again.
  */
 function uncertain(step) {
-  if (step.state !== "running") return false;
-  // The step's own flag when the server sends it; else a later attempt.
-  return typeof step.maybe_sent === "boolean" ? step.maybe_sent : (step.attempts ?? 0) > 1;
+  // The server's stored flag only, never guessed from the attempt count:
+  // only the server knows whether an attempt may have been sent.
+  return step.state === "running" && step.maybe_sent === true;
 }
 
 /** What a step's state means, for people. */
