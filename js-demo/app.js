@@ -53,23 +53,51 @@ async function serverAccounts() {
   }
 }
 
-/** SHA-256 of `text`, hex. */
-async function sha256(text) {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The id of the account `token` authenticates (GET /account): the scope of
+ * the account's stored keys, the same for every token of the account and
+ * across demo mode's new tokens at each start. null when the server
+ * refuses the token; throws when the server cannot be reached.
+ */
+async function accountId(token) {
+  const response = await fetch("/account", {
+    headers: { Authorization: `Bearer ${token}` },
+    cache: "no-store",
+    signal: AbortSignal.timeout(10000),
+  });
+  if (response.status === 401) return null;
+  if (!response.ok) throw new Error(`GET /account answered ${response.status}`);
+  const id = (await response.json())?.id;
+  if (typeof id !== "string" || !UUID.test(id)) throw new Error("GET /account named no account");
+  return id.toLowerCase();
+}
+
+/** Accounts whose scope is an account's id (a copy stored before then has names). */
+function scoped(accounts) {
+  return accounts.filter((a) => typeof a.scope === "string" && UUID.test(a.scope));
 }
 
 /**
- * The account a `#token=` belongs to, as the server names it: the demo
- * account whose token it is (GET /demo/tokens). A token the server does
- * not name gets a scope of its own (its SHA-256), never a name from the
- * fragment or a literal: two tokens that are not known to be one account
- * never share their pending operations.
+ * The account a `#token=` belongs to: its scope is the account's id from
+ * the server (GET /account), never a name from the fragment or a literal,
+ * so two tokens of two accounts never share their pending operations and
+ * two tokens of one account do. Its name (display only) is the demo
+ * account's when the server names the token, else the fragment's. Offline,
+ * this browser's copy of the same token serves; a token the server
+ * refuses, or that cannot be placed, gives no account (nothing is sent).
  */
-async function fragmentAccount(token, label) {
+async function fragmentAccount(token, label, stored) {
+  let scope;
+  try {
+    scope = await accountId(token);
+  } catch {
+    scope = stored.find((a) => a.token === token)?.scope ?? null;
+  }
+  if (!scope) return null;
   const known = (await serverAccounts())?.find((a) => a.token === token);
-  if (known) return { name: known.name, token, scope: known.name };
-  return { name: label ?? "account", token, scope: `token:${await sha256(token)}` };
+  return { name: known?.name ?? label ?? "account", token, scope };
 }
 
 /**
@@ -79,21 +107,23 @@ async function fragmentAccount(token, label) {
  * this browser's copy of them. The server's list is asked for at every
  * load: demo mode replaces its tokens at each start, so a copy from an
  * earlier start gets 401; the copy serves only when the server cannot be
- * reached. The scope is the account as the server knows it.
+ * reached. Every scope is the account's id (GET /account).
  */
 async function demoAccounts() {
   const fragment = new URLSearchParams(location.hash.slice(1));
+  const stored = JSON.parse(localStorage.getItem(ACCOUNTS_KEY) ?? "null");
+  const copy = Array.isArray(stored) ? scoped(stored) : [];
   if (fragment.get("token")) {
-    const accounts = [await fragmentAccount(fragment.get("token"), fragment.get("name") ?? undefined)];
+    const account = await fragmentAccount(fragment.get("token"), fragment.get("name") ?? undefined, copy);
+    const accounts = account ? [account] : [];
     localStorage.setItem(ACCOUNTS_KEY, JSON.stringify(accounts));
     localStorage.setItem(ACCOUNTS_SOURCE_KEY, "fragment");
     history.replaceState(null, "", location.pathname + location.search);
     return accounts;
   }
-  const stored = JSON.parse(localStorage.getItem(ACCOUNTS_KEY) ?? "null");
-  const usable = Array.isArray(stored) && stored.length > 0;
-  // A copy stored before the scope was the server's account: asked again.
-  if (usable && localStorage.getItem(ACCOUNTS_SOURCE_KEY) === "fragment" && stored.every((a) => typeof a.scope === "string")) return stored;
+  // A fragment's account is kept for later loads; a copy stored before the
+  // scope was the account's id is asked again.
+  if (copy.length > 0 && copy.length === stored.length && localStorage.getItem(ACCOUNTS_SOURCE_KEY) === "fragment") return copy;
   for (const [path, read] of [
     ["/demo/tokens", (body) => body.accounts],
     ["/demo/token", (body) => (body.token ? [{ name: "demo", token: body.token }] : null)],
@@ -101,8 +131,14 @@ async function demoAccounts() {
     try {
       const response = await fetch(path, { cache: "no-store" });
       if (!response.ok) continue;
-      const accounts = read(await response.json())?.map((a) => ({ ...a, scope: a.name }));
-      if (Array.isArray(accounts) && accounts.length > 0) {
+      const listed = read(await response.json());
+      if (!Array.isArray(listed)) continue;
+      const accounts = [];
+      for (const a of listed) {
+        const scope = await accountId(a.token);
+        if (scope) accounts.push({ name: a.name, token: a.token, scope });
+      }
+      if (accounts.length > 0) {
         localStorage.setItem(ACCOUNTS_KEY, JSON.stringify(accounts));
         localStorage.setItem(ACCOUNTS_SOURCE_KEY, "server");
         return accounts;
@@ -111,7 +147,7 @@ async function demoAccounts() {
       // offline, or no demo mode: this browser's copy, else a #token= fragment
     }
   }
-  return usable ? stored.filter((a) => typeof a.scope === "string") : [];
+  return copy;
 }
 
 function policyFromParams(base) {
@@ -125,12 +161,10 @@ function policyFromParams(base) {
 await init();
 const PURCHASE_OPERATION = purchaseOperation();
 const accounts = await demoAccounts();
-// The client's scope is the account as the server names it (demoAccounts:
-// the demo account's name from GET /demo/tokens), never a name typed into
-// a fragment or a literal; only a token the server does not name is its
-// own scope (its SHA-256). Demo mode replaces the tokens at every start
-// (and real tokens expire and rotate): a scope that changed with them
-// would leave the account's pending operations held for good.
+// The client's scope is the account's id (GET /account, for a demo
+// account's token and a #token= alike), never a name or a literal. Demo
+// mode replaces the tokens at every start (and real tokens expire and
+// rotate): the id stays, so the account's pending operations follow it.
 // The service worker finishes offline work after the tab is closed
 // (Background Sync), with the credentials of each operation's own account.
 const worker = navigator.serviceWorker
@@ -1035,4 +1069,4 @@ render();
 refreshOrders();
 renderPurchases();
 client.accountChanged().catch((err) => log(`error: ${err.message}`));
-window.idemkeyDemo = { client, rows, purchases, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name };
+window.idemkeyDemo = { client, rows, purchases, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name, scope: () => current?.scope };

@@ -4,8 +4,8 @@
 //
 // Each operation is sent only with the credentials of the account that
 // created it: one IdempotentClient per account the page left credentials
-// for, with that account's scope (the account as the server names it, never
-// its token or a typed name). Operations of
+// for, with that account's scope (the account's id from GET /account, never
+// its token, a typed name or a literal). Operations of
 // other accounts stay held. The saved tokens go stale when the demo server
 // restarts (it issues new ones): the 401 then holds the operation with its
 // key (`needs-auth`) and the next page load, which reads the new tokens,

@@ -2,11 +2,12 @@
 // --demo` (SQLite) and, for purchases, a real payment provider process
 // (issue 52): a purchase the service worker sent while every tab was closed
 // is listed and shown to its end; an account opened with `#token=` and no
-// name never lends its pending work to another token; without IndexedDB the
+// name is scoped by its id (GET /account): its pending work goes with its
+// own tokens only; without IndexedDB the
 // page says why nothing can be bought, and sends nothing.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -107,12 +108,15 @@ test("a purchase the service worker sent after every tab closed is kept for the 
   }
 });
 
-test("#token= with no name: account X's pending order is never sent with account Y's token", async () => {
+test("#token= with no name: the scope is the account's id, so X's pending order is never sent with Y's token and is sent with X's other token", async () => {
   const server = await startServer();
   const browser = await launch();
   try {
     const x = server.account("fragment-x");
     const y = server.account("fragment-y");
+    // A second token of X's account: the same account, another token.
+    const x2 = execFileSync(serverBin, ["token", "create", "fragment-x", "--database-url", server.dbUrl], { encoding: "utf8" }).trim().split("\n").pop();
+    const idOf = (name) => server.sql("SELECT id FROM accounts WHERE name = ?", name)[0][0];
     // X's first attempt never reaches the server (the connection drops);
     // its retry waits 5.4 s, and X's tab closes meanwhile.
     const first = await browser.context.newPage();
@@ -122,6 +126,7 @@ test("#token= with no name: account X's pending order is never sent with account
     );
     await first.goto(`${server.base}/?baseMs=6000&capMs=6000&random=0.9#token=${x}`);
     await first.locator("#account", { hasText: "Signed in" }).waitFor();
+    assert.equal(await first.evaluate(() => window.idemkeyDemo.scope()), idOf("fragment-x"), "X's scope is its account's id");
     await first.selectOption("#sku", "LIBRO-TS");
     await first.fill("#quantity", "2");
     await first.click("#buy");
@@ -130,6 +135,7 @@ test("#token= with no name: account X's pending order is never sent with account
 
     // Y opens the shop with its own token, also with no name.
     const second = await openShop(browser.context, `${server.base}/#token=${y}`);
+    assert.equal(await second.evaluate(() => window.idemkeyDemo.scope()), idOf("fragment-y"), "Y's scope is its account's id");
     const requests = recordRequests(second);
     await second.waitForTimeout(7000);
     assert.deepEqual(server.ordersOf("fragment-y"), [], "Y got no order");
@@ -137,8 +143,10 @@ test("#token= with no name: account X's pending order is never sent with account
     assert.deepEqual(server.ordersOf("fragment-x"), [], "held for X");
     await second.close();
 
-    // X again: its order is sent with its own token, once.
-    const third = await openShop(browser.context, `${server.base}/#token=${x}`);
+    // X's account again, with its other token: the same scope (its id, not
+    // the token), so its order is sent with that token, once.
+    const third = await openShop(browser.context, `${server.base}/#token=${x2}`);
+    assert.equal(await third.evaluate(() => window.idemkeyDemo.scope()), idOf("fragment-x"));
     const orders = await until(() => server.ordersOf("fragment-x"), (o) => o.length > 0, 15000);
     assert.deepEqual(orders.map((o) => [o[1], o[2]]), [["LIBRO-TS", 2]]);
     assert.deepEqual(server.ordersOf("fragment-y"), []);
