@@ -239,8 +239,11 @@ export class IdempotentClient {
       globalThis.addEventListener("online", () => this.#online());
       // Back from a pause (a hidden or frozen page, a sleeping laptop): the
       // server's window may have changed meanwhile.
-      globalThis.addEventListener("resume", () => this.#contractStale());
+      // `resume` (a frozen page thawed) and `visibilitychange` are fired at
+      // the document, `pageshow` (back from the back/forward cache) at the
+      // window.
       globalThis.addEventListener("pageshow", () => this.#contractStale());
+      globalThis.document?.addEventListener?.("resume", () => this.#contractStale());
       globalThis.document?.addEventListener?.("visibilitychange", () => {
         if (globalThis.document.visibilityState === "visible") this.#contractStale();
       });

@@ -412,3 +412,52 @@ test("the replay window is read again after its bound, outside the lock and with
   assert.equal(r.hung.posts, 1);
   assert.ok(r.hung.ms < 5000, `the contract's read timed out (${r.hung.ms} ms)`);
 });
+
+test("the replay window is read again on resume after a pause (resume, pageshow, visibilitychange), before the next attempt", { timeout: 120_000 }, async () => {
+  const r = await inPage(async () => {
+    const { IdempotentClient } = await import("/pkg/idempotent-client.js");
+    const { json } = window.t;
+    const out = {};
+    // The page is paused while the operation waits to be resent; meanwhile
+    // the server's window shrinks from a day to 0 s. The contract's bound
+    // (10 minutes by default) has not passed: only the pause says to read it.
+    const pauses = {
+      resume: () => document.dispatchEvent(new Event("resume")),
+      pageshow: () => window.dispatchEvent(new PageTransitionEvent("pageshow", { persisted: true })),
+      visibilitychange: () => document.dispatchEvent(new Event("visibilitychange")),
+    };
+    for (const [name, pauseEnds] of Object.entries(pauses)) {
+      const calls = [];
+      let windowSeconds = 86_400;
+      const client = await IdempotentClient.create({
+        dbName: `pause-${name}`,
+        reconcileDelayMs: 1,
+        policy: { baseMs: 600, capMs: 600, maxAttempts: 8 },
+        random: () => 0.5,
+        fetch: async (url, init = {}) => {
+          calls.push({ url, method: init.method ?? "GET" });
+          if (url === "/openapi.json") return json(200, { "x-idempotency": { retention: { replayWindowSeconds: windowSeconds } } });
+          if (url.startsWith("/operations/")) return json(200, { state: "completed", order: `/orders/o-${name}` });
+          // Both sends' answers are lost (the contract is read after the
+          // first: a day). After the second the page pauses, and comes back
+          // while the resend waits, after the server changed its window.
+          if (calls.filter((c) => c.method === "POST").length === 2) {
+            windowSeconds = 0;
+            setTimeout(pauseEnds, 100);
+          }
+          throw new TypeError("Failed to fetch");
+        },
+      });
+      const result = await client.submit({ url: "/orders", body: window.t.body, operation: "POST /orders:v1" });
+      out[name] = {
+        state: result.state,
+        contractReads: calls.filter((c) => c.url === "/openapi.json").length,
+        posts: calls.filter((c) => c.method === "POST").length,
+      };
+    }
+    return out;
+  });
+  for (const name of ["resume", "pageshow", "visibilitychange"]) {
+    assert.deepEqual(r[name], { state: "reconciled", contractReads: 2, posts: 2 }, `${name}: the contract is read again and nothing is resent past the new window`);
+  }
+});
