@@ -108,6 +108,53 @@ test("a purchase the service worker sent after every tab closed is kept for the 
   }
 });
 
+test("a step shows uncertain from the state document's maybe_sent only, never from its attempt count", async () => {
+  const server = await startServer();
+  const browser = await launch();
+  try {
+    const token = server.account("uncertain");
+    // The server's documents for one purchase, scripted: the charge step
+    // retried twice without being sent (no maybe_sent), then after a lost
+    // answer (maybe_sent, first attempt).
+    const id = "5b1c7f3e-8a2d-4c6b-9e1f-0a3b5c7d9e11";
+    let charge = { name: "charge", state: "running", attempts: 3 };
+    const doc = (status) => ({
+      type: "https://idemkey.dev/problems/operation-in-progress",
+      title: "Operation in progress",
+      status,
+      detail: "The operation was accepted and is running.",
+      code: "operation-in-progress",
+      operation: "purchase",
+      id,
+      state: "running",
+      step: "charge",
+      steps: [{ name: "reserve", state: "done", attempts: 1 }, charge, { name: "confirm", state: "pending" }],
+    });
+    await browser.context.route(
+      (url) => url.pathname === "/purchases" || url.pathname === `/purchases/${id}`,
+      (route) => {
+        const status = route.request().method() === "POST" ? 202 : 200;
+        return route.fulfill({ status, headers: { "content-type": "application/json", location: `/purchases/${id}` }, body: JSON.stringify(doc(status)) });
+      },
+    );
+    const page = await openShop(browser.context, `${server.base}/#token=${token}`);
+    await page.selectOption("#purchase-sku", "LIBRO-TS");
+    await page.fill("#purchase-quantity", "1");
+    await page.click("#purchase-buy");
+    const step = (attrs) => page.locator(`#purchase-${id} li[data-step="charge"]${attrs}`);
+    await step('[data-attempts="3"]').waitFor({ timeout: 10000 });
+    assert.equal(await step("").getAttribute("data-uncertain"), null, "a later attempt is not a sign that one was sent");
+    assert.match(await step("").innerText(), /running/);
+    charge = { name: "charge", state: "running", attempts: 1, maybe_sent: true };
+    await step('[data-attempts="1"][data-uncertain="true"]').waitFor({ timeout: 15000 });
+    assert.match(await step("").innerText(), /uncertain/);
+    assert.deepEqual(page.errors, []);
+  } finally {
+    await browser.close();
+    server.stop();
+  }
+});
+
 test("#token= with no name: the scope is the account's id, so X's pending order is never sent with Y's token and is sent with X's other token", async () => {
   const server = await startServer();
   const browser = await launch();
