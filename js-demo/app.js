@@ -20,13 +20,16 @@
 // The purchases panel buys in three steps under one key (POST /purchases,
 // through the same IdempotentClient: the key is stored before the first
 // send and resent on every retry; a 202 is the purchase accepted, in
-// progress), then polls GET /purchases/{id} every 300 ms until it ends and
-// shows each step (reserve, charge, confirm) moving, and the final answer
-// (201 paid, 402 declined with the reservation released, 409 out of stock).
-// The purchases this browser made are kept in localStorage, per account, so
-// a reload shows them and polls the unfinished ones again.
+// progress). The client keeps every purchase the server named (its 202,
+// a lookup that found it, a final answer with its Location), in this tab,
+// another one or the service worker, and polls it (backing off to a cap,
+// one context at a time) until it ends; the page shows each step (reserve,
+// charge, confirm) moving and the final answer (201 paid, 402 declined
+// with the reservation released, 409 out of stock or failed), then keeps
+// the ended purchase in localStorage, per account, and acknowledges it to
+// the client. A step out of attempts (`dead`) is shown as stuck.
 import { IdempotentClient } from "./pkg/idempotent-client.js";
-import init, { defaultRetryPolicy, orderOperation, validateOrder } from "./pkg/idemkey_wasm.js";
+import init, { defaultRetryPolicy, orderOperation, purchaseOperation, validateOrder } from "./pkg/idemkey_wasm.js";
 import { SYNC_TAG, saveAccounts } from "./worker-accounts.js";
 
 const ACCOUNTS_KEY = "idemkey-demo-accounts";
@@ -35,31 +38,92 @@ const ACCOUNTS_SOURCE_KEY = "idemkey-demo-accounts-source";
 const CURRENT_KEY = "idemkey-demo-account";
 const HISTORY_KEY = "idemkey-demo-keys";
 const PURCHASES_KEY = "idemkey-demo-purchases";
-/** The purchase's operation id (idemkey-core's PURCHASE_OPERATION): what the client fingerprints its body with. */
-const PURCHASE_OPERATION = "POST /purchases:v1";
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 
+/** The server's demo accounts, [{name, token}] (GET /demo/tokens), or null. */
+async function serverAccounts() {
+  try {
+    const response = await fetch("/demo/tokens", { cache: "no-store" });
+    if (!response.ok) return null;
+    const accounts = (await response.json())?.accounts;
+    return Array.isArray(accounts) ? accounts : null;
+  } catch {
+    return null;
+  }
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 /**
- * The demo accounts, [{name, token}]: a #token= fragment (one account, kept
- * in this browser and used on later loads too), else GET /demo/tokens (demo
- * mode only; GET /demo/token on an older server), else this browser's copy
- * of them. The server's list is asked for at every load: demo mode replaces
- * its tokens at each start, so a copy from an earlier start gets 401; the
- * copy serves only when the server cannot be reached.
+ * The id of the account `token` authenticates (GET /account): the scope of
+ * the account's stored keys, the same for every token of the account and
+ * across demo mode's new tokens at each start. null when the server
+ * refuses the token; throws when the server cannot be reached.
+ */
+async function accountId(token) {
+  const response = await fetch("/account", {
+    headers: { Authorization: `Bearer ${token}` },
+    cache: "no-store",
+    signal: AbortSignal.timeout(10000),
+  });
+  if (response.status === 401) return null;
+  if (!response.ok) throw new Error(`GET /account answered ${response.status}`);
+  const id = (await response.json())?.id;
+  if (typeof id !== "string" || !UUID.test(id)) throw new Error("GET /account named no account");
+  return id.toLowerCase();
+}
+
+/** Accounts whose scope is an account's id (a copy stored before then has names). */
+function scoped(accounts) {
+  return accounts.filter((a) => typeof a.scope === "string" && UUID.test(a.scope));
+}
+
+/**
+ * The account a `#token=` belongs to: its scope is the account's id from
+ * the server (GET /account), never a name from the fragment or a literal,
+ * so two tokens of two accounts never share their pending operations and
+ * two tokens of one account do. Its name (display only) is the demo
+ * account's when the server names the token, else the fragment's. Offline,
+ * this browser's copy of the same token serves; a token the server
+ * refuses, or that cannot be placed, gives no account (nothing is sent).
+ */
+async function fragmentAccount(token, label, stored) {
+  let scope;
+  try {
+    scope = await accountId(token);
+  } catch {
+    scope = stored.find((a) => a.token === token)?.scope ?? null;
+  }
+  if (!scope) return null;
+  const known = (await serverAccounts())?.find((a) => a.token === token);
+  return { name: known?.name ?? label ?? "account", token, scope };
+}
+
+/**
+ * The demo accounts, [{name, token, scope}]: a #token= fragment (one
+ * account, kept in this browser and used on later loads too), else GET
+ * /demo/tokens (demo mode only; GET /demo/token on an older server), else
+ * this browser's copy of them. The server's list is asked for at every
+ * load: demo mode replaces its tokens at each start, so a copy from an
+ * earlier start gets 401; the copy serves only when the server cannot be
+ * reached. Every scope is the account's id (GET /account).
  */
 async function demoAccounts() {
   const fragment = new URLSearchParams(location.hash.slice(1));
+  const stored = JSON.parse(localStorage.getItem(ACCOUNTS_KEY) ?? "null");
+  const copy = Array.isArray(stored) ? scoped(stored) : [];
   if (fragment.get("token")) {
-    const accounts = [{ name: fragment.get("name") ?? "account", token: fragment.get("token") }];
+    const account = await fragmentAccount(fragment.get("token"), fragment.get("name") ?? undefined, copy);
+    const accounts = account ? [account] : [];
     localStorage.setItem(ACCOUNTS_KEY, JSON.stringify(accounts));
     localStorage.setItem(ACCOUNTS_SOURCE_KEY, "fragment");
     history.replaceState(null, "", location.pathname + location.search);
     return accounts;
   }
-  const stored = JSON.parse(localStorage.getItem(ACCOUNTS_KEY) ?? "null");
-  const usable = Array.isArray(stored) && stored.length > 0;
-  if (usable && localStorage.getItem(ACCOUNTS_SOURCE_KEY) === "fragment") return stored;
+  // A fragment's account is kept for later loads; a copy stored before the
+  // scope was the account's id is asked again.
+  if (copy.length > 0 && copy.length === stored.length && localStorage.getItem(ACCOUNTS_SOURCE_KEY) === "fragment") return copy;
   for (const [path, read] of [
     ["/demo/tokens", (body) => body.accounts],
     ["/demo/token", (body) => (body.token ? [{ name: "demo", token: body.token }] : null)],
@@ -67,8 +131,14 @@ async function demoAccounts() {
     try {
       const response = await fetch(path, { cache: "no-store" });
       if (!response.ok) continue;
-      const accounts = read(await response.json());
-      if (Array.isArray(accounts) && accounts.length > 0) {
+      const listed = read(await response.json());
+      if (!Array.isArray(listed)) continue;
+      const accounts = [];
+      for (const a of listed) {
+        const scope = await accountId(a.token);
+        if (scope) accounts.push({ name: a.name, token: a.token, scope });
+      }
+      if (accounts.length > 0) {
         localStorage.setItem(ACCOUNTS_KEY, JSON.stringify(accounts));
         localStorage.setItem(ACCOUNTS_SOURCE_KEY, "server");
         return accounts;
@@ -77,7 +147,7 @@ async function demoAccounts() {
       // offline, or no demo mode: this browser's copy, else a #token= fragment
     }
   }
-  return usable ? stored : [];
+  return copy;
 }
 
 function policyFromParams(base) {
@@ -89,12 +159,12 @@ function policyFromParams(base) {
 }
 
 await init();
+const PURCHASE_OPERATION = purchaseOperation();
 const accounts = await demoAccounts();
-// The client's scope is the account, never its token: demo mode replaces
-// the tokens at every start (and real tokens expire and rotate), and a scope
-// that changed with them would leave the account's pending operations held
-// for good.
-for (const account of accounts) account.scope = account.name;
+// The client's scope is the account's id (GET /account, for a demo
+// account's token and a #token= alike), never a name or a literal. Demo
+// mode replaces the tokens at every start (and real tokens expire and
+// rotate): the id stays, so the account's pending operations follow it.
 // The service worker finishes offline work after the tab is closed
 // (Background Sync), with the credentials of each operation's own account.
 const worker = navigator.serviceWorker
@@ -115,21 +185,9 @@ const fixedRandom = params.has("random") ? Number(params.get("random")) : null;
  * the order that has the reference.
  */
 const referenceConflicts = new Map();
-/**
- * POST /purchases answers, by the Idempotency-Key they answered: the status
- * and the `Location` where the purchase is polled. A final refusal (402, 409)
- * ends the client's operation without it; the page still polls the purchase
- * to show its steps.
- */
-const purchaseAnswers = new Map();
-/** fetch, noting the reference conflicts that POST /orders answers and where POST /purchases put each purchase. */
+/** fetch, noting the reference conflicts that POST /orders answers. */
 async function noteConflicts(input, init) {
   const response = await fetch(input, init);
-  if (init?.method === "POST" && new URL(String(input), location.href).pathname === "/purchases") {
-    const key = new Headers(init.headers).get("Idempotency-Key");
-    const at = response.headers.get("Location");
-    if (key && at) purchaseAnswers.set(key, { status: response.status, location: at });
-  }
   if (init?.method === "POST" && response.status === 409) {
     try {
       const problem = await response.clone().json();
@@ -141,22 +199,42 @@ async function noteConflicts(input, init) {
   }
   return response;
 }
-const client = await IdempotentClient.create({
-  fetch: noteConflicts,
-  // Evaluated with `headers` before every request: an operation is only
-  // ever sent with the token of the account that created it.
-  scope: () => current?.scope ?? "",
-  headers: auth,
-  policy: policyFromParams(defaultRetryPolicy()),
-  random: fixedRandom === null ? Math.random : () => fixedRandom,
-  attemptTimeoutMs: params.has("attemptTimeoutMs") ? Number(params.get("attemptTimeoutMs")) : undefined,
-  // Unset: the client reads the server's own window from its contract.
-  replayWindowMs: params.has("replayWindowMs") ? Number(params.get("replayWindowMs")) : undefined,
-  backgroundSync: SYNC_TAG,
-  // A purchase's key is looked up as a purchase (its own operation).
-  lookupPath: (key, operation) =>
-    `/operations/${encodeURIComponent(key)}${operation === PURCHASE_OPERATION ? "?operation=purchases" : ""}`,
-});
+/**
+ * Without IndexedDB (a private window that refuses it, a policy) no key can
+ * be stored before a send: nothing is sent, and the page says why.
+ */
+function noStore(err) {
+  const note = $("no-store");
+  note.hidden = false;
+  note.textContent =
+    "Nothing can be bought in this browser: it does not let this page store data (IndexedDB), and a purchase is only sent once its Idempotency-Key is stored, so a retry can never charge twice. Allow site data for this page, or leave private browsing, then reload.";
+  for (const id of ["buy", "purchase-buy"]) $(id).disabled = true;
+  log(`no IndexedDB: nothing is sent (${err.message})`);
+}
+let client;
+try {
+  client = await IdempotentClient.create({
+    fetch: noteConflicts,
+    // Evaluated with `headers` before every request: an operation is only
+    // ever sent with the token of the account that created it.
+    scope: () => current?.scope ?? "",
+    headers: auth,
+    policy: policyFromParams(defaultRetryPolicy()),
+    random: fixedRandom === null ? Math.random : () => fixedRandom,
+    attemptTimeoutMs: params.has("attemptTimeoutMs") ? Number(params.get("attemptTimeoutMs")) : undefined,
+    // Unset: the client reads the server's own window from its contract.
+    replayWindowMs: params.has("replayWindowMs") ? Number(params.get("replayWindowMs")) : undefined,
+    backgroundSync: SYNC_TAG,
+    // The lookup path is the core's, per operation (a purchase's key is
+    // looked up as a purchase); polls back off from 500 ms to 30 s.
+  });
+} catch (err) {
+  showAccount();
+  noStore(err);
+  window.idemkeyDemo = { client: null, noStore: true };
+  // The rest of the page needs the store: stop here.
+  await new Promise(() => {});
+}
 
 function showAccount() {
   $("account").textContent = current
@@ -207,8 +285,20 @@ function view(op) {
     }
   }
   row.kind = op.operation === PURCHASE_OPERATION ? "purchase" : "order";
+  const wasFinal = row.final === true;
   Object.assign(row, { attempts: op.attempts, nextAttemptAt: op.nextAttemptAt, final: false });
-  if (op.decision) row.state = "needs-decision";
+  if (op.phase === "accepted") {
+    // Kept by the client until its end is shown. The row keeps the answer
+    // its send got (202 accepted, or a final 201/402/409); a row rebuilt
+    // from the store takes it from there.
+    row.final = true;
+    if (!wasFinal || !row.state) {
+      const answered = op.accepted?.answered;
+      row.status = answered?.status ?? op.accepted?.status ?? 202;
+      row.state = answered && answered.status >= 300 ? "stopped" : "done";
+      if (row.state === "stopped" && answered.body?.code) row.problem = answered.body;
+    }
+  } else if (op.decision) row.state = "needs-decision";
   else if (op.authHold) row.state = "needs-auth";
   else if (op.last?.sending) row.state = "sending";
   else if (op.last?.action === "wait" || op.last?.action === "resend") row.state = "waiting";
@@ -275,7 +365,18 @@ client.subscribe((event) => {
     case "final":
       finalize(row, event.result);
       break;
+    case "accepted":
+      row.final = true;
+      row.state = "done";
+      row.status = event.result?.status ?? 202;
+      row.replayed = event.result?.replayed ?? false;
+      if (event.op.accepted?.location) {
+        const found = event.op.accepted.lookup ? " (found by a lookup after lost answers)" : "";
+        log(`purchase ${short(event.op.accepted.location.split("/").pop())}: accepted, in progress${found}${other}; the client polls it until it ends`);
+      }
+      break;
   }
+  if (event.type !== "acknowledged" && (event.op.phase === "accepted" || event.type === "ended")) notePurchaseOp(event.op);
   render();
 });
 
@@ -301,32 +402,64 @@ function finalize(row, result) {
 }
 
 /**
- * A purchase's POST ended for the client: 202 (accepted, in progress), 201
- * (it ended within the server's wait, or a replay), or a final refusal (402
- * payment-declined, 409 out-of-stock). Each names the purchase (its body's
- * id, or the Location the page noted), which is then shown and polled.
+ * A purchase's POST ended for the client with a final answer: 201 (it ended
+ * within the server's wait, or a replay), or a final refusal (402
+ * payment-declined, 409 out-of-stock or operation-failed). With the
+ * purchase's Location the client keeps it until its end is shown
+ * (notePurchaseOp); the row names it.
  */
 function finalizePurchase(row, result) {
   if (result.state === "done" || result.state === "stopped") row.status = result.status;
   if (result.state === "done") row.replayed = result.replayed;
   if (result.state === "stopped") row.problem = result.problem;
   if (result.state === "reconciled") row.lookup = result.lookup;
-  const noted = purchaseAnswers.get(row.key);
-  const at = result.location ?? noted?.location ?? null;
+  const at = result.location ?? result.lookup?.purchase ?? null;
   const id = (result.state === "done" && typeof result.body?.id === "string" ? result.body.id : null) ?? at?.split("/").pop();
-  purchaseAnswers.delete(row.key);
   if (!id) return;
   row.purchase = id;
-  const purchase = trackPurchase({ id, key: row.key, scope: row.scope, sku: row.sku, quantity: row.quantity, createdAt: row.createdAt });
-  if (result.state === "done" && result.status === 202) {
-    log(`purchase ${short(id)}: 202 accepted, in progress${result.replayed ? " (replayed: resumed)" : ""}; polling GET /purchases/${short(id)}`);
-  } else if (result.state === "done" || result.state === "stopped") {
+  if (result.state === "done" || result.state === "stopped") {
     log(`purchase ${short(id)}: answered ${result.status} at once${result.problem ? ` ${result.problem.code}` : ""}`);
   }
-  if (result.state === "done" && result.body && typeof result.body === "object" && Array.isArray(result.body.steps)) {
-    showPurchaseDocument(purchase, result.body);
+}
+
+/**
+ * A purchase the client keeps (`accepted()`, or an event's operation):
+ * shown with its last state document; once ended, kept in this browser
+ * (localStorage) and acknowledged to the client, which then forgets it.
+ */
+function notePurchaseOp(op) {
+  const a = op.accepted;
+  if (!a?.location) return;
+  const id = a.location.split("/").pop();
+  let body = {};
+  try {
+    body = typeof op.body === "string" ? JSON.parse(op.body) : {};
+  } catch {
+    // shown as "?"
   }
-  pollPurchases();
+  const row = rows.get(op.id);
+  if (row) row.purchase = id;
+  const purchase = trackPurchase({ id, key: op.key ?? `"${op.id}"`, scope: op.scope, sku: body.sku ?? row?.sku, quantity: body.quantity ?? row?.quantity, createdAt: op.createdAt });
+  purchase.opId = op.id;
+  if (a.doc && typeof a.doc === "object") showPurchaseDocument(purchase, a.doc);
+  const stuck = a.stuck?.step ?? null;
+  if (stuck && purchase.stuck !== stuck) {
+    log(`purchase ${short(id)}: step ${stuck} is stuck (out of attempts): an operator retries it; nothing is lost, do not buy again`);
+  }
+  purchase.stuck = stuck;
+  if (a.ended && !purchase.ended) {
+    purchase.ended = true;
+    purchase.gone = a.gone === true;
+    purchase.result = a.result;
+    if (purchase.gone) log(`purchase ${short(id)}: not on this server any more (404)`);
+    else log(`purchase ${short(id)}: ended ${a.result?.status} (${purchaseOutcome(purchase).state})`);
+  }
+  if (a.ended && purchase.scope === (current?.scope ?? "")) {
+    // Shown and kept here: the client may forget it.
+    savePurchases();
+    client.acknowledge(op.id).catch(() => {});
+  }
+  renderPurchases();
 }
 
 /** HTML-escapes text from the server or from storage. */
@@ -387,6 +520,8 @@ function stateText(row) {
       return "discarded";
     case "finished-elsewhere":
       return "finished in another tab";
+    case "ended":
+      return "ended: see the purchase";
     default:
       return row.state;
   }
@@ -594,20 +729,20 @@ async function refreshOrders() {
   refreshTimer = setTimeout(refreshOrders, pending ? PAYMENT_POLL_MS : IDLE_POLL_MS);
 }
 
-/** How often an unfinished purchase is polled (GET /purchases/{id}). */
-const PURCHASE_POLL_MS = 300;
 /** How many purchases this browser remembers (all accounts together). */
 const PURCHASE_LIMIT = 30;
 
 /**
- * The purchases this browser made, by id: `{id, key, scope, sku, quantity,
- * createdAt}` (kept in localStorage), plus what the last poll showed: `doc`
- * (the state document), `ended`, `gone` (404), and `seen` (each step's last
- * shown text, to log its changes).
+ * The purchases shown, by id: `{id, key, scope, sku, quantity, createdAt}`,
+ * plus `doc` (the last state document), `ended`, `result` (the final
+ * answer: status and body), `gone` (404), `stuck` (a dead step's name) and
+ * `seen` (each step's last shown text, to log its changes). The client
+ * keeps (and polls) those that have not ended; the ended ones are kept
+ * here, in localStorage, with their last document and final answer.
  */
 const purchases = new Map();
 
-/** The stored purchases: [{id, key, scope, sku, quantity, createdAt}]. */
+/** The stored (ended) purchases. */
 function storedPurchases() {
   try {
     const list = JSON.parse(localStorage.getItem(PURCHASES_KEY) ?? "[]");
@@ -617,32 +752,39 @@ function storedPurchases() {
   }
 }
 
-/** Adds this tab's purchases to the stored ones (another tab may have added its own). */
+/** Adds this tab's ended purchases to the stored ones (another tab may have added its own). */
 function savePurchases() {
   const byId = new Map(storedPurchases().map((p) => [p.id, p]));
-  for (const { id, key, scope, sku, quantity, createdAt } of purchases.values()) {
-    byId.set(id, { id, key, scope, sku, quantity, createdAt });
+  for (const p of purchases.values()) {
+    if (!p.ended) continue;
+    const { id, key, scope, sku, quantity, createdAt, doc, result, gone } = p;
+    byId.set(id, { id, key, scope, sku, quantity, createdAt, doc, result, gone });
   }
   const list = [...byId.values()].sort((a, b) => a.createdAt - b.createdAt).slice(-PURCHASE_LIMIT);
-  localStorage.setItem(PURCHASES_KEY, JSON.stringify(list));
-}
-
-/** Purchases stored by earlier visits (or other tabs), shown and polled again. */
-function restorePurchases() {
-  for (const p of storedPurchases()) {
-    if (!purchases.has(p.id)) purchases.set(p.id, { ...p, doc: null, ended: false, restored: true, seen: new Map() });
+  try {
+    localStorage.setItem(PURCHASES_KEY, JSON.stringify(list));
+  } catch (err) {
+    // Full: shown this time only (the client has already kept it until now).
+    log(`could not keep the purchases in this browser: ${err.message}`);
   }
 }
 
-/** Shows and polls purchase `p` (kept in this browser). */
+/** Ended purchases stored by earlier visits (or other tabs), shown as they ended. */
+function restorePurchases() {
+  for (const p of storedPurchases()) {
+    if (purchases.has(p.id)) continue;
+    const ended = p.result !== undefined || p.gone === true;
+    purchases.set(p.id, { ...p, doc: p.doc ?? null, ended, restored: true, stuck: null, seen: new Map() });
+  }
+}
+
+/** Shows purchase `p` (its fields; what it shows is filled in by the caller). */
 function trackPurchase(p) {
   let purchase = purchases.get(p.id);
   if (!purchase) {
-    purchase = { ...p, createdAt: p.createdAt ?? Date.now(), doc: null, ended: false, restored: false, seen: new Map() };
+    purchase = { ...p, createdAt: p.createdAt ?? Date.now(), doc: null, ended: false, result: null, restored: false, stuck: null, seen: new Map() };
     purchases.set(p.id, purchase);
-    savePurchases();
   }
-  renderPurchases();
   return purchase;
 }
 
@@ -654,11 +796,13 @@ function currentPurchases() {
 
 /**
  * A step that is running again after an attempt that may have reached the
- * provider (its answer was lost, or it failed): the worker's next attempt
+ * provider (the state document's `maybe_sent`): the worker's next attempt
  * looks the effect up by the step's key before it sends anything again.
  */
 function uncertain(step) {
-  return step.state === "running" && (step.attempts ?? 0) > 1;
+  // The server's stored flag only, never guessed from the attempt count:
+  // only the server knows whether an attempt may have been sent.
+  return step.state === "running" && step.maybe_sent === true;
 }
 
 /** What a step's state means, for people. */
@@ -687,8 +831,8 @@ function stepDetail(step) {
 
 /** The final answer of an ended purchase, for people. */
 function purchaseOutcome(purchase) {
-  const status = purchase.doc?.result_status;
-  const result = purchase.doc?.result ?? {};
+  const status = purchase.result?.status ?? purchase.doc?.result_status;
+  const result = (purchase.result ? purchase.result.body : purchase.doc?.result) ?? {};
   if (status === 201) {
     const amount = Number.isInteger(result.amount_cents) && result.currency ? `${money(result.amount_cents, result.currency)}, ` : "";
     return {
@@ -704,6 +848,12 @@ function purchaseOutcome(purchase) {
   }
   if (status === 409 && result.code === "out-of-stock") {
     return { state: "out-of-stock", html: `<span class="pay-failed">out of stock</span> (409 <span class="reason">out-of-stock</span>): nothing was reserved or charged` };
+  }
+  if (status === 409 && result.code === "operation-failed") {
+    return {
+      state: "failed",
+      html: `<span class="pay-failed">failed</span> (409 <span class="reason" title="${esc(result.detail ?? "")}">operation-failed</span>${result.failed_step ? ` at ${esc(result.failed_step)}` : ""}): the steps before it were undone`,
+    };
   }
   return { state: "ended", html: `<span class="problem">ended: ${esc(status)}${result.code ? ` ${esc(result.code)}` : ""}</span>` };
 }
@@ -729,66 +879,6 @@ function showPurchaseDocument(purchase, doc) {
     log(`purchase ${short(purchase.id)}: ${step.name} ${text}${uncertain(step) ? ": looked up by the step's key before any resend" : ""}`);
     if (step.state === "done" && armed === step.name) showArmed(null);
   }
-  if (doc.result_status !== undefined && !purchase.ended) {
-    purchase.ended = true;
-    if (!quiet) {
-      const outcome = purchaseOutcome(purchase);
-      log(`purchase ${short(purchase.id)}: ended ${doc.result_status} (${outcome.state})`);
-    }
-  }
-}
-
-/** One poll of `purchase`, with the credentials of the account it belongs to (else not at all). */
-async function pollPurchase(purchase) {
-  if (purchase.scope !== (current?.scope ?? "")) return;
-  let response;
-  try {
-    response = await fetch(`/purchases/${encodeURIComponent(purchase.id)}`, { headers: auth(), cache: "no-store" });
-  } catch {
-    return; // the server is away: the next poll tries again
-  }
-  if (response.status === 404) {
-    purchase.ended = true;
-    purchase.gone = true;
-    log(`purchase ${short(purchase.id)}: not on this server any more (404)`);
-    return;
-  }
-  if (response.status !== 200) return;
-  try {
-    showPurchaseDocument(purchase, await response.json());
-  } catch {
-    // not a state document: the next poll tries again
-  }
-}
-
-let pollTimer = null;
-let polling = false;
-let pollAgain = false;
-
-/** Polls the signed-in account's unfinished purchases now, then every 300 ms while any is unfinished. */
-async function pollPurchases() {
-  if (polling) {
-    pollAgain = true;
-    return;
-  }
-  polling = true;
-  clearTimeout(pollTimer);
-  try {
-    for (const purchase of currentPurchases()) {
-      if (!purchase.ended || !purchase.doc) {
-        if (!purchase.gone) await pollPurchase(purchase);
-      }
-    }
-  } finally {
-    polling = false;
-  }
-  renderPurchases();
-  if (pollAgain) {
-    pollAgain = false;
-    pollPurchases();
-    return;
-  }
-  if (currentPurchases().some((p) => !p.gone && (!p.ended || !p.doc))) pollTimer = setTimeout(pollPurchases, PURCHASE_POLL_MS);
 }
 
 /** The purchases panel: each purchase with its three steps and its final answer. */
@@ -803,13 +893,21 @@ function renderPurchases() {
     const li = document.createElement("li");
     li.id = `purchase-${purchase.id}`;
     li.dataset.purchaseId = purchase.id;
-    li.dataset.state = purchase.gone ? "gone" : (doc?.state ?? "waiting");
-    const outcome = doc && doc.result_status !== undefined ? purchaseOutcome(purchase) : null;
+    li.dataset.state = purchase.gone ? "gone" : (doc?.state ?? (purchase.ended ? "ended" : "waiting"));
+    const status = purchase.result?.status ?? doc?.result_status;
+    const outcome = purchase.ended && !purchase.gone && status !== undefined && status !== null ? purchaseOutcome(purchase) : null;
     if (outcome) {
-      li.dataset.resultStatus = String(doc.result_status);
+      li.dataset.resultStatus = String(status);
       li.dataset.outcome = outcome.state;
     }
-    const progress = purchase.gone ? "not on this server any more" : outcome ? "ended" : purchaseProgress(doc);
+    if (purchase.stuck && !purchase.ended) li.dataset.stuck = purchase.stuck;
+    const progress = purchase.gone
+      ? "not on this server any more"
+      : outcome
+        ? "ended"
+        : purchase.stuck
+          ? `stuck at ${purchase.stuck}`
+          : purchaseProgress(doc);
     const head = document.createElement("div");
     head.className = "purchase-head";
     head.innerHTML = `<code>${esc(purchase.id)}</code> ${esc(purchase.sku ?? "?")} × ${esc(purchase.quantity ?? "?")} · <span class="purchase-state state-${esc(li.dataset.state)}">${esc(progress)}</span> <span class="muted">key <span class="key" title="${esc(purchase.key ?? "")}">${esc(short(String(purchase.key ?? "").replaceAll('"', "")))}</span></span>`;
@@ -831,6 +929,12 @@ function renderPurchases() {
       }
       li.append(steps);
     }
+    if (purchase.stuck && !purchase.ended) {
+      const note = document.createElement("p");
+      note.className = "purchase-stuck";
+      note.textContent = `The ${purchase.stuck} step ran out of attempts and waits for an operator, who retries it (outbox retry). Nothing is lost and it is not charged twice: do not buy again. This page shows its end when it comes.`;
+      li.append(note);
+    }
     if (outcome) {
       const result = document.createElement("p");
       result.className = "purchase-result";
@@ -850,10 +954,10 @@ $("switch-account").addEventListener("change", async (event) => {
   log(`switched to ${current.name}: its operations resume, the others are held`);
   // Rows of the account signed in again show their stored state.
   for (const op of await client.pending()) view(op);
+  for (const op of await client.accepted()) notePurchaseOp(view(op) && op);
   render();
   refreshOrders();
   renderPurchases();
-  pollPurchases();
   client.accountChanged().catch((err) => log(`error: ${err.message}`));
 });
 
@@ -954,11 +1058,15 @@ $("purchase-form").addEventListener("submit", (event) => {
 // start's tokens: for the client that is a sign-in, so operations a 401 held
 // (the service worker's token from before a server restart, say) are sent
 // again with their own keys.
+// Purchases: those that ended and were shown before (this browser's copy),
+// and every one the client still keeps: accepted in this tab, another one,
+// or by the service worker, found by a lookup, or ended and not yet shown.
+// The client polls the unfinished ones (accountChanged resumes them).
 for (const op of await client.pending()) view(op);
+restorePurchases();
+for (const op of await client.accepted()) notePurchaseOp(view(op) && op);
 render();
 refreshOrders();
-restorePurchases();
 renderPurchases();
-pollPurchases();
 client.accountChanged().catch((err) => log(`error: ${err.message}`));
-window.idemkeyDemo = { client, rows, purchases, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name };
+window.idemkeyDemo = { client, rows, purchases, worker, accounts: () => accounts.map((a) => a.name), current: () => current?.name, scope: () => current?.scope };

@@ -4,7 +4,8 @@
 //
 // Each operation is sent only with the credentials of the account that
 // created it: one IdempotentClient per account the page left credentials
-// for, with that account's scope (its name, not its token). Operations of
+// for, with that account's scope (the account's id from GET /account, never
+// its token, a typed name or a literal). Operations of
 // other accounts stay held. The saved tokens go stale when the demo server
 // restarts (it issues new ones): the 401 then holds the operation with its
 // key (`needs-auth`) and the next page load, which reads the new tokens,
@@ -27,9 +28,11 @@ async function finishPending() {
       const client = await IdempotentClient.create({
         scope: account.scope,
         headers: () => ({ Authorization: `Bearer ${account.token}` }),
-        // As the page does: a purchase's key is looked up as a purchase.
-        lookupPath: (key, operation) =>
-          `/operations/${encodeURIComponent(key)}${operation === "POST /purchases:v1" ? "?operation=purchases" : ""}`,
+        // A purchase the server accepts (202) stays in the store for the
+        // page, which polls it and shows its end; the worker does not poll.
+        // Lookups take the core's path per operation (a purchase's key is
+        // looked up as a purchase).
+        pollAccepted: false,
       });
       // Waits for the lock of an operation a page is still sending, then
       // finds it finished there.

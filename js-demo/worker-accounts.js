@@ -16,7 +16,7 @@ function open() {
   });
 }
 
-/** Keeps [{name, token, scope}] for the service worker (scope: the account's name, stable across restarts). */
+/** Keeps [{name, token, scope}] for the service worker (scope: the account's id from GET /account, stable across restarts). */
 export async function saveAccounts(accounts) {
   const db = await open();
   const tx = db.transaction(STORE, "readwrite");

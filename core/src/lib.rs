@@ -66,7 +66,7 @@ pub use downstream::{
 };
 pub use fingerprint::{FINGERPRINT_VERSION, Fingerprint, FingerprintError, canonical_json};
 pub use key::{IdempotencyKey, KeyError, KeyProfile, MAX_KEY_LEN, UnknownProfile};
-pub use lookup::LookupState;
+pub use lookup::{LookupState, lookup_path};
 pub use operation::{InvalidOperation, MAX_OPERATION_LEN, OperationId};
 pub use order::{
     MAX_ORDER_BODY_BYTES, NewOrder, ORDER_OPERATION, PURCHASE_OPERATION, QUANTITY_RANGE,

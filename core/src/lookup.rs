@@ -10,6 +10,37 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{Stored, UnixMillis};
+use crate::order::PURCHASE_OPERATION;
+
+/// Where a key's operation is looked up: `/operations/{key}` for an order,
+/// with `?operation=purchases` for a purchase (the server scopes a key to
+/// its operation, so a purchase's key looked up as an order's is
+/// `unknown`). `key_value` is the key's unquoted value; every byte outside
+/// RFC 3986's unreserved set is percent-encoded, as JavaScript's
+/// `encodeURIComponent` does. One rule for every client, so none guesses it.
+///
+/// ```
+/// use idemkey_core::{ORDER_OPERATION, PURCHASE_OPERATION, lookup_path};
+/// assert_eq!(lookup_path(ORDER_OPERATION.as_str(), "a b"), "/operations/a%20b");
+/// assert_eq!(lookup_path(PURCHASE_OPERATION.as_str(), "k-1"), "/operations/k-1?operation=purchases");
+/// ```
+pub fn lookup_path(operation: &str, key_value: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut path = String::from("/operations/");
+    for byte in key_value.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&byte) {
+            path.push(char::from(byte));
+        } else {
+            path.push('%');
+            path.push(char::from(HEX[usize::from(byte >> 4)]));
+            path.push(char::from(HEX[usize::from(byte & 0xf)]));
+        }
+    }
+    if operation == PURCHASE_OPERATION.as_str() {
+        path.push_str("?operation=purchases");
+    }
+    path
+}
 
 /// What became of an operation, as the lookup endpoint reports it.
 ///

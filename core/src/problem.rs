@@ -65,11 +65,15 @@ pub enum ProblemCode {
     /// 409: a purchase could not reserve its stock; nothing was charged or
     /// reserved. The answer is stored under the key: a resend replays it.
     OutOfStock,
+    /// 409: a long operation (a flow, such as a purchase) ended failed: a
+    /// step failed for good and the steps before it were undone. It is the
+    /// key's final answer: a resend replays it.
+    OperationFailed,
 }
 
 impl ProblemCode {
     /// Every code, in documentation order.
-    pub const ALL: [ProblemCode; 16] = [
+    pub const ALL: [ProblemCode; 17] = [
         Self::IdempotencyKeyMissing,
         Self::IdempotencyKeyInvalid,
         Self::IdempotencyKeyReused,
@@ -86,6 +90,7 @@ impl ProblemCode {
         Self::OrderReferenceExists,
         Self::PaymentDeclined,
         Self::OutOfStock,
+        Self::OperationFailed,
     ];
 
     /// The stable kebab-case code, e.g. `idempotency-key-reused`.
@@ -107,17 +112,26 @@ impl ProblemCode {
             Self::OrderReferenceExists => "order-reference-exists",
             Self::PaymentDeclined => "payment-declined",
             Self::OutOfStock => "out-of-stock",
+            Self::OperationFailed => "operation-failed",
         }
     }
 
     /// Whether a resend of the same request can never get another answer
-    /// and nothing of it was applied: the request conflicts with the
-    /// business's own state for good (an order reference that exists; a
-    /// purchase that found too little stock, whose 409 the key replays),
-    /// though its status (409) is one a client otherwise retries. The retry
+    /// and nothing of it stands: the request conflicts with the business's
+    /// own state for good (an order reference that exists), or it is the
+    /// stored end of a long operation that failed and was undone (a
+    /// purchase out of stock, its charge declined, or any other step
+    /// refused: `operation-failed`), which the key replays. Its status (409,
+    /// 402) may be one a client otherwise retries or looks up. The retry
     /// policy stops on it, even after an attempt whose answer was lost.
     pub const fn is_final(self) -> bool {
-        matches!(self, Self::OrderReferenceExists | Self::OutOfStock)
+        matches!(
+            self,
+            Self::OrderReferenceExists
+                | Self::OutOfStock
+                | Self::PaymentDeclined
+                | Self::OperationFailed
+        )
     }
 
     /// Parses a code string; `None` for an unknown code.
@@ -134,9 +148,10 @@ impl ProblemCode {
             Self::CrossSiteRequest => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
-            Self::IdempotencyRequestInProgress | Self::OrderReferenceExists | Self::OutOfStock => {
-                409
-            }
+            Self::IdempotencyRequestInProgress
+            | Self::OrderReferenceExists
+            | Self::OutOfStock
+            | Self::OperationFailed => 409,
             Self::IdempotencyKeyExpired => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
@@ -167,6 +182,7 @@ impl ProblemCode {
             Self::OrderReferenceExists => "An order with this reference exists",
             Self::PaymentDeclined => "Payment declined",
             Self::OutOfStock => "Out of stock",
+            Self::OperationFailed => "Operation failed",
         }
     }
 

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | 2xx or 3xx | [`RetryStep::Done`] | [`RetryStep::Done`] |
 //! | network error, 408, 409, 425, 429, 500, 502, 503, 504 | [`RetryStep::Wait`] within the budget, then [`RetryStep::Reconcile`] | the same |
-//! | a problem code that proves nothing was applied and no resend changes ([`ProblemCode::is_final`]: 409 `order-reference-exists`, 409 `out-of-stock`) | [`RetryStep::Stop`] | [`RetryStep::Stop`] |
+//! | a problem code that proves nothing stands and no resend changes ([`ProblemCode::is_final`]: 409 `order-reference-exists`; a flow's ends, 409 `out-of-stock`, 402 `payment-declined`, 409 `operation-failed`) | [`RetryStep::Stop`] | [`RetryStep::Stop`] |
 //! | 410 | [`RetryStep::Reconcile`] | [`RetryStep::Reconcile`] |
 //! | 401, 403 | [`RetryStep::HoldForAuth`] | [`RetryStep::HoldForAuth`] |
 //! | any other 4xx or 5xx (400, 404, 405, 413, 415, 422, 501, ...) | [`RetryStep::Stop`] | [`RetryStep::Reconcile`] |
@@ -26,8 +26,11 @@
 //! look it up. 422 `idempotency-key-reused` proves the key *has* a record.
 //! Only a code that says the server read the key and applied nothing, for
 //! good ([`ProblemCode::is_final`]: a reference that exists, nothing stored;
-//! a purchase out of stock, nothing reserved or charged, its 409 the key's
-//! final answer) still ends it. A 401/403 holds even a
+//! a purchase's stored end: out of stock, its charge declined, or another
+//! step refused and undone, `operation-failed`, the key's final answer)
+//! still ends it. Without `operation-failed` here a purchase whose
+//! confirmation was refused was resent to the end of the budget and ended
+//! as a lookup that named no answer. A 401/403 holds even a
 //! first attempt: the request needs credentials, not a change, and dropping
 //! it would lose the purchase (a service worker's saved token goes stale).
 //!
@@ -114,7 +117,7 @@ impl AttemptOutcome {
     /// Whether the server may have applied the attempt: no answer, 2xx/3xx,
     /// any 5xx, 408, 410 (the key was used), or a 409 other than one whose
     /// code proves nothing was applied ([`ProblemCode::is_final`]:
-    /// `order-reference-exists`, `out-of-stock`; 409 in progress: an attempt
+    /// `order-reference-exists`, `out-of-stock`, `operation-failed`; 409 in progress: an attempt
     /// of this key is running). Other 4xx refuse the attempt before it runs.
     pub fn may_have_applied(self) -> bool {
         match self {
@@ -335,9 +338,9 @@ mod tests {
                 );
             }
         }
-        for code in [ProblemCode::OrderReferenceExists, ProblemCode::OutOfStock] {
+        for code in FINAL {
             let fin = AttemptOutcome::Response {
-                status: 409,
+                status: code.status(),
                 retry_after_ms: None,
                 code: Some(code),
             };
@@ -349,6 +352,15 @@ mod tests {
         }
     }
 
+    /// Every code a client stops on: a reference that exists, and each end
+    /// a purchase (a flow) can answer with.
+    const FINAL: [ProblemCode; 4] = [
+        ProblemCode::OrderReferenceExists,
+        ProblemCode::OutOfStock,
+        ProblemCode::PaymentDeclined,
+        ProblemCode::OperationFailed,
+    ];
+
     #[test]
     fn what_may_have_applied() {
         for status in [201, 408, 409, 410, 500, 503, 504, 501] {
@@ -357,9 +369,9 @@ mod tests {
         for status in [400, 401, 403, 404, 413, 415, 422, 425, 429] {
             assert!(!response(status).may_have_applied(), "{status}");
         }
-        for code in [ProblemCode::OrderReferenceExists, ProblemCode::OutOfStock] {
+        for code in FINAL {
             let fin = AttemptOutcome::Response {
-                status: 409,
+                status: code.status(),
                 retry_after_ms: None,
                 code: Some(code),
             };

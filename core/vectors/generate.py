@@ -442,10 +442,14 @@ def retry_cases():
         if s == 409:
             # A final code proves nothing was applied: a reference that exists (nothing stored),
             # a purchase out of stock (nothing reserved or charged; the key replays its 409).
-            return outcome.get("code") not in ("order-reference-exists", "out-of-stock")
+            return outcome.get("code") not in FINAL_CODES
         if s in (408, 410):
             return True
         return not 400 <= s <= 499
+
+    # The codes a client stops on (ProblemCode::is_final): a reference that exists, and every end
+    # a purchase (a flow) can answer with, which the key replays.
+    FINAL_CODES = ("order-reference-exists", "out-of-stock", "payment-declined", "operation-failed")
 
     def case(name, attempt, outcome, random, step, earlier="notApplied"):
         cases.append({"name": name, "attempt": attempt, "earlier": earlier, "outcome": outcome,
@@ -495,6 +499,16 @@ def retry_cases():
          resp(409, None, "order-reference-exists"), 0.5, {"action": "stop"}, "maybeApplied")
     case("409 out-of-stock after an uncertain attempt stops: the purchase ended, nothing charged", 2,
          resp(409, None, "out-of-stock"), 0.5, {"action": "stop"}, "maybeApplied")
+    # A purchase's other ends are its key's stored answers too: waiting would resend to the end of
+    # the budget, and a lookup names no answer.
+    case("409 operation-failed stops: a step was refused and the steps before it undone", 1,
+         resp(409, None, "operation-failed"), 0.5, {"action": "stop"})
+    case("409 operation-failed after an uncertain attempt stops: the key replays it", 3,
+         resp(409, None, "operation-failed"), 0.5, {"action": "stop"}, "maybeApplied")
+    case("402 payment-declined after an uncertain attempt stops: the purchase ended, released", 2,
+         resp(402, None, "payment-declined"), 0.5, {"action": "stop"}, "maybeApplied")
+    case("409 without a code still waits (in progress)", 2, resp(409), 0.5,
+         {"action": "wait", "delayMs": 250})
     case("network error after an uncertain attempt waits as before", 2, net, 0.5,
          {"action": "wait", "delayMs": 250}, "maybeApplied")
     case("201 after an uncertain attempt is done", 3, resp(201), 0.5, {"action": "done"}, "maybeApplied")
@@ -554,6 +568,7 @@ TITLES = {
     "order-reference-exists": (409, "An order with this reference exists"),
     "payment-declined": (402, "Payment declined"),
     "out-of-stock": (409, "Out of stock"),
+    "operation-failed": (409, "Operation failed"),
 }
 
 
@@ -768,8 +783,8 @@ MINIMUMS = {
     "lookups.json": {"cases": 12},
     "replay_headers.json": {"cases": 30},
     "http_fingerprints.json": {"cases": 36},
-    "retry.json": {"cases": 40},
-    "problems.json": {"codes": 16, "bodies": 13},
+    "retry.json": {"cases": 44},
+    "problems.json": {"codes": 17, "bodies": 13},
     "orders.json": {"cases": 25},
     "downstream_keys.json": {"cases": 14, "instance_cases": 7},
     "step_keys.json": {"cases": 10},

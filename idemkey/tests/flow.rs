@@ -482,6 +482,48 @@ async fn lost_answer_is_looked_up(backend: &str) {
     );
 }
 
+/// The state document says a step may have been sent from the step's
+/// stored flag: after a lost answer the charge is running again with
+/// `maybe_sent`, which the client shows as uncertain; a step never sent
+/// carries no flag.
+async fn a_lost_answer_shows_maybe_sent_in_the_state_document(backend: &str) {
+    let env = env(backend).await;
+    env.down.lose_next.store(true, Ordering::SeqCst);
+    let (status, doc) = body(&send(&env, "k-9", &json!({ "sku": "tea" })).await);
+    assert_eq!(status, 202, "{doc}");
+    assert_eq!(doc["steps"][1]["name"], "charge");
+    assert_eq!(doc["steps"][1].get("maybe_sent"), None, "never sent: {doc}");
+    let id = uuid::Uuid::parse_str(doc["id"].as_str().unwrap()).unwrap();
+    // One delivery: the provider charges, and its answer is lost.
+    assert_eq!(env.worker.run_once().await.expect("worker"), 1);
+    let view = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    let charge = &view.document.steps[1];
+    assert_eq!(
+        (
+            charge.name,
+            charge.state,
+            charge.attempts,
+            charge.maybe_sent
+        ),
+        ("charge", "running", Some(1), true),
+        "{:?}",
+        view.document
+    );
+    let json: Value = serde_json::to_value(&view.document).unwrap();
+    assert_eq!(json["steps"][1]["maybe_sent"], true, "{json}");
+    assert_eq!(json["steps"][2].get("maybe_sent"), None, "{json}");
+    // Its next attempt looked the charge up (one charge), and the ended
+    // document flags nothing.
+    drain(&env.worker).await;
+    assert_eq!(env.down.applied("charge:Run"), 1);
+    let view = env.flows.poll("acct-1", id).await.unwrap().expect("view");
+    assert!(
+        view.document.steps.iter().all(|s| !s.maybe_sent),
+        "{:?}",
+        view.document
+    );
+}
+
 async fn decline_undoes_the_reservation(backend: &str) {
     let env = env(backend).await;
     *env.down.refuse.lock() = Some("charge");
@@ -891,6 +933,7 @@ macro_rules! both {
 both!(
     happy_path,
     lost_answer_is_looked_up,
+    a_lost_answer_shows_maybe_sent_in_the_state_document,
     decline_undoes_the_reservation,
     a_stale_worker_is_fenced_out,
     a_late_refusal_undoes_every_step_before_it_in_reverse,

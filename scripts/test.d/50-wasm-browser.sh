@@ -4,7 +4,7 @@
 # wasm/package-lock.json: binaryen, playwright-core, esbuild, typescript;
 # wasm-bindgen-cli at the Cargo.lock version), lints idemkey-wasm for wasm32,
 # builds wasm/pkg (the npm package @idemkey/client) and wasm/pkg-node
-# (wasm/build.sh, which also checks the 60 KiB gzipped budget), then runs:
+# (wasm/build.sh, which also checks the 60.5 KiB gzipped budget), then runs:
 #   wasm/tests/core_vectors.rs      the core's lookup, replayed-header and HTTP
 #                                   fingerprint vectors through idemkey-core
 #                                   compiled to wasm32 (wasm-bindgen-test), in
@@ -12,10 +12,17 @@
 #   wasm/tests/vectors.test.mjs     shared vectors through the Node build
 #   wasm/tests/chromium.test.mjs    the same vectors in headless Chromium
 #   wasm/tests/client.test.mjs      IdempotentClient in Chromium with a scripted fetch
+#   wasm/tests/accepted.test.mjs    the same for operations answered 202: kept
+#                                   until acknowledged, polled (backoff, timeout,
+#                                   independent), final codes, two contexts'
+#                                   sign-in, throwing listeners, the window's re-read
 #   wasm/tests/e2e.test.mjs         js-demo in Chromium against a real
 #                                   `idemkey-server serve --demo` on SQLite
 #   wasm/tests/client-e2e.test.mjs  the same: account switch, late commit after
 #                                   `unknown`, offline, two tabs of two accounts
+#   wasm/tests/purchases-e2e.test.mjs  js-demo against a server and a provider:
+#                                   a worker's purchase listed to its end, #token=
+#                                   scopes, no IndexedDB
 #   wasm/tests/package.test.mjs     npm pack, install into a scratch app,
 #                                   tsc + esbuild, the bundle against a server
 # Screenshots go to ${IDEMKEY_ARTIFACTS:-~/.cache/idemkey/artifacts}.
@@ -55,5 +62,5 @@ WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
 cargo build -p idemkey-server --bin idemkey-server
 export IDEMKEY_SERVER_BIN="$CARGO_TARGET_DIR/debug/idemkey-server"
 node --test --test-concurrency=1 wasm/tests/vectors.test.mjs wasm/tests/chromium.test.mjs \
-    wasm/tests/client.test.mjs wasm/tests/e2e.test.mjs wasm/tests/client-e2e.test.mjs \
-    wasm/tests/package.test.mjs
+    wasm/tests/client.test.mjs wasm/tests/accepted.test.mjs wasm/tests/e2e.test.mjs wasm/tests/client-e2e.test.mjs \
+    wasm/tests/purchases-e2e.test.mjs wasm/tests/package.test.mjs

@@ -221,24 +221,92 @@ fn done(ctx: &StepContext) -> StoredResponse {
 }
 
 /// The core's problem for the step that failed: `409 out-of-stock`,
-/// `402 payment-declined`, or the library's `409 operation-failed`.
+/// `402 payment-declined`, or the library's `409 operation-failed`. Each
+/// carries the purchase's `Location`, as every answer that names a
+/// purchase does: a client that lost the `202` (or never saw it) learns
+/// from the final answer where the purchase is shown.
 fn failed(ctx: &StepContext) -> StoredResponse {
-    let Some(failure) = &ctx.failure else {
-        return idemkey::flow::failed_problem(ctx);
+    let response = match ctx.failure.as_ref().map(|f| f.step.as_str()) {
+        Some("reserve") => problem_response(&Problem::out_of_stock(
+            ctx.input["sku"].as_str().unwrap_or_default(),
+        )),
+        Some("charge") => {
+            let reason = ctx.failure.as_ref().map_or("", |f| f.reason.as_str());
+            problem_response(&Problem::payment_declined(reason))
+        }
+        _ => idemkey::flow::failed_problem(ctx),
     };
-    let problem = match failure.step.as_str() {
-        "reserve" => Problem::out_of_stock(ctx.input["sku"].as_str().unwrap_or_default()),
-        "charge" => Problem::payment_declined(&failure.reason),
-        _ => return idemkey::flow::failed_problem(ctx),
-    };
+    response.with_header("location", &location(ctx.flow_id))
+}
+
+/// `problem` as a stored answer, with the core's headers.
+fn problem_response(problem: &Problem) -> StoredResponse {
     let mut response = StoredResponse::new(problem.status(), problem.to_json());
     for (name, value) in problem.headers() {
         response = response.with_header(name, &value);
     }
-    response.with_header("location", &location(ctx.flow_id))
+    response
 }
 
 /// Where purchase `id` is polled.
 pub fn location(id: Uuid) -> String {
     format!("{PURCHASES_PATH}{id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use idemkey::flow::Failure;
+    use idemkey_core::StepAction;
+
+    use super::*;
+
+    fn context(failure: Option<(&str, &str)>) -> StepContext {
+        StepContext {
+            flow_id: Uuid::from_u128(0x0123_4567_89ab_4def_8123_4567_89ab_cdef),
+            scope: "1".into(),
+            operation: "POST /purchases:v1".into(),
+            key: "k".into(),
+            step: "confirm",
+            action: StepAction::Run,
+            input: json!({ "sku": "LIBRO-TS", "quantity": 1 }),
+            outputs: BTreeMap::new(),
+            attempt: 1,
+            maybe_sent: false,
+            failure: failure.map(|(step, reason)| Failure {
+                step: step.into(),
+                reason: reason.into(),
+            }),
+        }
+    }
+
+    /// Every failed answer names the purchase: a client that did not see
+    /// the 202 (a service worker's, a lost answer) shows it from here.
+    #[test]
+    fn every_failed_answer_carries_the_purchase_location() {
+        let at = "/purchases/01234567-89ab-4def-8123-456789abcdef";
+        for (failure, status, code) in [
+            (Some(("reserve", "no stock")), 409, "out-of-stock"),
+            (Some(("charge", "card declined")), 402, "payment-declined"),
+            (
+                Some(("confirm", "mailbox refused")),
+                409,
+                "operation-failed",
+            ),
+            (None, 409, "operation-failed"),
+        ] {
+            let response = failed(&context(failure));
+            assert_eq!(response.status, status, "{failure:?}");
+            let body: Value = serde_json::from_slice(response.body.as_deref().unwrap()).unwrap();
+            assert_eq!(body["code"], code, "{failure:?}");
+            let location: Vec<&str> = response
+                .headers
+                .iter()
+                .filter(|(name, _)| name == "location")
+                .map(|(_, value)| value.as_str())
+                .collect();
+            assert_eq!(location, [at], "{failure:?}");
+        }
+    }
 }

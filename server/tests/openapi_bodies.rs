@@ -210,3 +210,31 @@ fn the_checker_refuses_bodies_outside_the_schema() {
         o["payment"] = json!({ "status": "charged", "attempts": 1, "charge_id": "ch_1" })
     }));
 }
+
+/// `GET /account` answers the account its token authenticates (what the
+/// browser client scopes its keys by, issue 52): each account's token gives
+/// that account's own id, whatever it is called; no token, or one that
+/// does not authenticate, gets the 401 problem.
+#[tokio::test]
+async fn account_is_the_tokens_own_account_and_needs_a_token() {
+    let env = Env::new(Backend::Sqlite);
+    let x = env.account("account-x");
+    let y = env.account("account-y");
+    let id_of = |name: &str| env.sql(&format!("SELECT id FROM accounts WHERE name = '{name}'"));
+    let server = env.serve(&[]);
+    let doc = server.get(&x, "/openapi.json").await.json();
+    let schema = response_schema(&doc, "/account", "get", "200");
+    for (token, name) in [(&x, "account-x"), (&y, "account-y")] {
+        let reply = server.get(token, "/account").await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        check(&doc, schema, &reply.json(), "GET /account").unwrap();
+        assert_eq!(reply.json(), json!({ "id": id_of(name) }), "{name}");
+    }
+    assert_ne!(id_of("account-x"), id_of("account-y"));
+    for token in ["", "not-a-token"] {
+        let reply = server.get(token, "/account").await;
+        reply.assert_problem(401, "unauthorized");
+        let schema = response_schema(&doc, "/account", "get", "401");
+        check(&doc, schema, &reply.json(), "401").unwrap();
+    }
+}

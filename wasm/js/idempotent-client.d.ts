@@ -24,8 +24,14 @@ export interface StoredOperation {
   firstSentAt: number | null;
   /** Unix ms before which the next request is not sent. */
   nextAttemptAt: number;
-  /** What the next request is: the operation itself, or its lookup. */
-  phase: "send" | "lookup";
+  /**
+   * What the next request is: the operation itself, its lookup, or (once
+   * the server accepted it) a poll of its Location. An `accepted` operation
+   * stays stored after its end until `acknowledge(id)`.
+   */
+  phase: "send" | "lookup" | "accepted";
+  /** Set once the server accepted it (202, or a lookup that named its poll URL), or answered a long operation's end with its Location. */
+  accepted?: AcceptedState;
   /** Set when a lookup said `unknown` past the replay window: the application decides. */
   decision: null | { reason: "unknown-past-window"; at: number; lookup: OperationLookup };
   /**
@@ -36,8 +42,13 @@ export interface StoredOperation {
    * Absent on operations stored by an older client (then: `attempts > 0`).
    */
   maybeApplied?: boolean;
-  /** Set when the server refused the credentials (401/403): kept, unsent, until `accountChanged()`. */
-  authHold?: null | { status: number; at: number; code?: string };
+  /**
+   * Set when the server refused the credentials (401/403): kept, unsent,
+   * while the credentials are the refused ones (`refused`: their SHA-256,
+   * never the credentials), or until `accountChanged()`. Other credentials
+   * of the same account (a sign-in in another context) are tried.
+   */
+  authHold?: null | { status: number; at: number; code?: string; refused?: string };
   /** What the last attempt did. */
   last: null | {
     at: number;
@@ -52,11 +63,45 @@ export interface StoredOperation {
   };
 }
 
+/**
+ * An operation the server runs on its own (a purchase), from its 202 to its
+ * end being shown. Polled at its `location` (backoff from `pollMinMs` to
+ * `pollCapMs` while nothing changes, a `pollTimeoutMs` per poll, one context
+ * at a time under the operation's Web Lock) until it ends; then kept, ended,
+ * until the application calls `acknowledge(id)`.
+ */
+export interface AcceptedState {
+  /** The answer that accepted it (202), or null when a lookup found it. */
+  status: number | null;
+  /** Where it is polled (the answer's Location, or the lookup's `purchase`). */
+  location: string;
+  acceptedAt: number | null;
+  /** The last state document (the 202's body, then each poll's). */
+  doc?: unknown;
+  polls: number;
+  /** Polls in a row that changed nothing (the backoff's exponent). */
+  quiet?: number;
+  lastPoll?: { at: number; status: number | null };
+  /** Whether its final answer is known (`result`). */
+  ended: boolean;
+  endedAt?: number;
+  /** The poll answered 404: the server no longer knows it. */
+  gone?: boolean;
+  /** A step whose attempts ran out (`dead`): it waits for an operator, and is not lost. */
+  stuck: null | { step: string; since: number };
+  /** The final answer: its status and body (a poll's `result_status` and `result`, else the send's answer). */
+  result: null | { status: number | null; body: unknown };
+  /** The send's own final answer (201, 402, 409 with its Location), before the poll that fetches its state document. */
+  answered?: { status: number; body: unknown };
+  /** The lookup that found it, when a lookup did. */
+  lookup?: OperationLookup;
+}
+
 /** What other tabs receive over BroadcastChannel (and `op` in their events): no body, no key field, no headers. */
 export type OperationSummary = Pick<
   StoredOperation,
   "id" | "scope" | "operation" | "attempts" | "createdAt" | "firstSentAt" | "nextAttemptAt" | "phase" | "decision" | "last"
-> & { maybeApplied: boolean | null; authHold: StoredOperation["authHold"] | null };
+> & { maybeApplied: boolean | null; authHold: StoredOperation["authHold"] | null; accepted: Omit<AcceptedState, "doc"> | null };
 
 /** The server's answer to GET /operations/{key}. */
 export interface OperationLookup {
@@ -72,11 +117,18 @@ export interface OperationLookup {
 
 /** How an operation ended (the stored operation is deleted), or why it is not being sent now. */
 export type OperationResult =
+  /**
+   * A 2xx other than 202, maybe replayed. A long operation's (a purchase's)
+   * answer with a Location is also kept, ended, until `acknowledge(id)`.
+   */
   | { state: "done"; id: string; key: string; status: number; replayed: boolean; location: string | null; body: unknown }
   /**
    * Ended by an answer that proves the request was not applied: a 4xx on an
    * operation that nothing earlier may have applied (400, 404, 413, 415,
-   * 422, ...), or 409 `order-reference-exists` or `out-of-stock` at any time.
+   * 422, ...), or at any time by a code the core calls final: 409
+   * `order-reference-exists`, and a long operation's ends, 409 `out-of-stock`,
+   * 402 `payment-declined`, 409 `operation-failed` (kept, ended, when the
+   * answer carries the purchase's Location).
    */
   | { state: "stopped"; id: string; key: string; status: number; problem?: Problem }
   /**
@@ -86,6 +138,14 @@ export type OperationResult =
    */
   | { state: "needs-auth"; id: string; key: string; status: number; maybeApplied: boolean }
   | { state: "reconciled"; id: string; key: string; lookup: OperationLookup }
+  /**
+   * The server accepted it (202, or a lookup named its poll URL) and runs it:
+   * kept and polled (`accepted`/`update`/`ended` events); `stuck` names a
+   * step that waits for an operator. Never resend or buy again: it is running.
+   */
+  | { state: "accepted"; id: string; key: string; status: number | null; location: string; body: unknown; stuck: AcceptedState["stuck"]; replayed?: boolean }
+  /** An accepted operation's end (`status`/`body`: its final answer), kept until `acknowledge(id)`. */
+  | { state: "ended"; id: string; key: string; location: string; status: number | null; body: unknown; doc: unknown }
   /** The lookup said `unknown` past the replay window: kept, not sent, until `resend(id)` or `discard(id)`. */
   | { state: "needs-decision"; id: string; key: string; firstSentAt: number; attempts: number; lookup: OperationLookup }
   | { state: "discarded"; id: string; key: string }
@@ -103,7 +163,10 @@ export type ClientEvent =
   | { type: "decision"; op: StoredOperation | OperationSummary; result: OperationResult; remote: boolean }
   | { type: "busy"; op: StoredOperation; remote: false }
   | { type: "held"; op: StoredOperation; reason: "other-scope" | "auth"; remote: false }
-  | { type: "offline"; op: StoredOperation; remote: false };
+  | { type: "offline"; op: StoredOperation; remote: false }
+  | { type: "accepted"; op: StoredOperation | OperationSummary; result: OperationResult; remote: boolean }
+  | { type: "ended"; op: StoredOperation | OperationSummary; result: OperationResult; remote: boolean }
+  | { type: "acknowledged"; op: StoredOperation | OperationSummary; remote: boolean };
 
 export interface ClientOptions {
   /** Prefix of every URL, e.g. "https://api.example". Default "" (same origin). */
@@ -137,11 +200,28 @@ export interface ClientOptions {
    * lookup first. Default: read from the server's own contract when first
    * needed, `x-idempotency.retention.replayWindowSeconds` of
    * `GET {baseUrl}/openapi.json` times 1000 (see `publishedReplayWindowMs`),
-   * and kept once read; while it cannot be read, nothing is resent on a
-   * guess (the operation is looked up again later). Give it only for a
-   * server that does not publish that member.
+   * and read again once older than `contractMaxAgeMs` or when the page
+   * resumes from a pause (outside the operation's lock, with a timeout);
+   * while it cannot be read, nothing is resent on a guess (the operation
+   * is looked up again later). An attempt that may still be in flight at
+   * the window's end (now + `attemptTimeoutMs`) counts as past it. Give it
+   * only for a server that does not publish that member.
    */
   replayWindowMs?: number;
+  /** How long a window read from the contract is used before it is read again. Default 600000 (10 min). */
+  contractMaxAgeMs?: number;
+  /**
+   * Whether this context polls accepted operations to their end (default
+   * true). A service worker sets false: it keeps what it got (202 included)
+   * in the store, and the page polls and shows it.
+   */
+  pollAccepted?: boolean;
+  /** First wait between polls of an accepted operation; doubles while nothing changes. Default 500. */
+  pollMinMs?: number;
+  /** Longest wait between polls (and never less than a Retry-After). Default 30000. */
+  pollCapMs?: number;
+  /** Timeout of one poll (counted as no answer). Default 10000. */
+  pollTimeoutMs?: number;
   /**
    * A Background Sync tag to register with the page's service worker when an
    * operation waits for the network, e.g. "idemkey". The worker's `sync`
@@ -153,7 +233,8 @@ export interface ClientOptions {
   /**
    * Lookup path of a key's operation, given the key and the operation id the
    * request was submitted under (an API with several operations looks each
-   * up in its own place). Default `/operations/${encodeURIComponent(keyValue)}`.
+   * up in its own place). Default the core's `lookupPath(operation, keyValue)`:
+   * `/operations/{key}`, with `?operation=purchases` for a purchase.
    */
   lookupPath?: (keyValue: string, operation: string) => string;
   /** IndexedDB database name (and BroadcastChannel suffix). Default "idemkey". */
@@ -167,14 +248,19 @@ export interface ClientOptions {
  * The server's replay window in ms: `x-idempotency.retention.replayWindowSeconds`
  * of `GET {baseUrl}/openapi.json`, times 1000; null when it cannot be read.
  */
-export declare function publishedReplayWindowMs(options?: { baseUrl?: string; fetch?: typeof fetch }): Promise<number | null>;
+export declare function publishedReplayWindowMs(options?: { baseUrl?: string; fetch?: typeof fetch; timeoutMs?: number }): Promise<number | null>;
 
 export declare class IdempotentClient {
   static create(options?: ClientOptions): Promise<IdempotentClient>;
   subscribe(listener: (event: ClientEvent) => void): () => void;
   submit(request: { method?: string; url: string; body: unknown; operation: string }): Promise<OperationResult>;
   currentScope(): Promise<string>;
+  /** Operations still being sent or looked up (not the accepted ones). */
   pending(): Promise<StoredOperation[]>;
+  /** Accepted operations, running or ended, kept until `acknowledge(id)`. */
+  accepted(): Promise<StoredOperation[]>;
+  /** The app has shown an accepted operation's end: delete it (every tab). */
+  acknowledge(id: string): Promise<boolean>;
   resumePending(): Promise<OperationResult[]>;
   accountChanged(): Promise<OperationResult[]>;
   run(id: string): Promise<OperationResult>;

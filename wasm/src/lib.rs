@@ -12,7 +12,7 @@
 //! Problem documents are plain JSON with a stable `code`: read them with
 //! `JSON.parse`. (Reading them through the core's typed `Problem::from_json`
 //! would add about 18 KB gzipped, mostly float formatting for serde's error
-//! messages, to a module whose budget is 60 KiB.)
+//! messages, to a module whose budget is 60.5 KiB.)
 //!
 //! Errors are thrown as JavaScript `Error`s whose `code` is the core's stable
 //! problem code (`idempotency-key-invalid`, `request-invalid`, ...) or, for a
@@ -30,8 +30,8 @@
 
 use idemkey_core::{
     AttemptOutcome, Earlier, Fingerprint, FingerprintError, IdempotencyKey, KeyError, KeyProfile,
-    NewOrder, ORDER_OPERATION, OperationId, ProblemCode, RetryPolicy, UnixMillis, UnknownProfile,
-    parse_retry_after,
+    NewOrder, ORDER_OPERATION, OperationId, PURCHASE_OPERATION, ProblemCode, RetryPolicy,
+    UnixMillis, UnknownProfile, parse_retry_after,
 };
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
@@ -136,6 +136,21 @@ pub fn fingerprint(
 #[wasm_bindgen(js_name = orderOperation)]
 pub fn order_operation() -> String {
     ORDER_OPERATION.as_str().to_owned()
+}
+
+/// `purchaseOperation()`: the operation id of a purchase, `POST /purchases:v1`
+/// (a purchase's body is an order's, fingerprinted under this id).
+#[wasm_bindgen(js_name = purchaseOperation)]
+pub fn purchase_operation() -> String {
+    PURCHASE_OPERATION.as_str().to_owned()
+}
+
+/// `lookupPath(operation, keyValue)`: where the key's operation is looked up,
+/// `/operations/{key}` plus `?operation=purchases` for a purchase (the
+/// core's `lookup_path`).
+#[wasm_bindgen(js_name = lookupPath)]
+pub fn lookup_path(operation: &str, #[wasm_bindgen(js_name = keyValue)] key_value: &str) -> String {
+    idemkey_core::lookup_path(operation, key_value)
 }
 
 /// `validateOrder(json)`: the order body checked against the contract of

@@ -429,7 +429,8 @@ test("background sync after a server restart: the worker's stale token gets 401,
     assert.equal(held.length, 1, `kept, not deleted: ${JSON.stringify(held)}`);
     assert.equal(held[0].id, key);
     assert.equal(held[0].authHold?.status, 401, JSON.stringify(held[0]));
-    assert.equal(held[0].scope, "demo", "scoped by the account, not by its token");
+    const demoIds = server.sql("SELECT id FROM accounts WHERE name = ?", "demo").map((row) => row[0]);
+    assert.deepEqual([held[0].scope], demoIds, "scoped by the account's id, not by its token or name");
     assert.equal(server.ordersOf("demo").length, 0);
 
     // The page signs in with this start's token: the same key, one order.

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::declare::{Flow, TYPE_BASE};
+use super::declare::{Flow, Kind, TYPE_BASE};
 use crate::idempotency::StoredResponse;
 pub use crate::store::flow::{FlowRow, FlowState, NextMessage, StepRow};
 
@@ -21,6 +21,13 @@ pub struct StepView {
     /// Attempts so far, when any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<i32>,
+    /// Whether the running step's earlier attempt may have reached the
+    /// downstream (its answer was lost, or its worker died while sending):
+    /// its next attempt looks the effect up by the step's key before
+    /// sending again. Read from the step's outbox message, so a client
+    /// shows it as the server decides it, never guessed from `attempts`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub maybe_sent: bool,
 }
 
 /// The state document: what a `202` answers and a poll returns while the
@@ -88,10 +95,17 @@ impl StateDocument {
                     None if current => next.map(|m| m.attempts).filter(|a| *a > 0),
                     None => None,
                 };
+                // Only an external step sends anything; a recorded step
+                // has no attempt to come.
+                let maybe_sent = recorded.is_none()
+                    && current
+                    && matches!(step.kind, Kind::External(_))
+                    && next.is_some_and(|m| m.maybe_sent);
                 StepView {
                     name: step.name,
                     state,
                     attempts,
+                    maybe_sent,
                 }
             })
             .collect();

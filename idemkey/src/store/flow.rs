@@ -117,6 +117,12 @@ pub struct NextMessage {
     pub attempts: i32,
     /// The last attempt's error.
     pub last_error: Option<String>,
+    /// Whether an earlier attempt may have reached the downstream (one was
+    /// claimed, or recorded its downstream key): the next one looks the
+    /// effect up first, as [`crate::store::outbox::OutboxMessage::maybe_sent`]
+    /// will say when it is claimed. Stored, so a client reads it rather than
+    /// guessing from the attempt count.
+    pub maybe_sent: bool,
 }
 
 /// The journal's statements on one open transaction.

@@ -1,4 +1,4 @@
-//! The HTTP routes: orders, operation lookups, health, the problem
+//! The HTTP routes: the caller's account, orders, operation lookups, health, the problem
 //! fallbacks, and the demo's switches.
 
 use axum::Router;
@@ -11,6 +11,7 @@ use tower_http::services::ServeDir;
 use crate::AppState;
 use idemkey::problems::problem_response;
 
+mod account;
 mod authed;
 mod create;
 mod demo;
@@ -28,6 +29,7 @@ pub use orders::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 pub fn router(state: AppState) -> Router {
     let demo_dir = state.settings().demo_dir.clone();
     let mut router = Router::new()
+        .route("/account", get(account::show))
         .route("/orders", post(orders::create).get(orders::list))
         .route("/orders/{id}", get(orders::show))
         .route("/purchases", post(purchases::create))

@@ -85,7 +85,8 @@ const CLOSE_WINDOW: &str = concat!(
 );
 const FIND: &str = "SELECT id FROM idemkey_flows WHERE scope = $1::text AND operation = $2::text \
                     AND key = $3::text ORDER BY created_at DESC LIMIT 1";
-const NEXT: &str = "SELECT status, attempts, last_error FROM outbox \
+const NEXT: &str = "SELECT status, attempts, last_error, \
+     (attempts > 0 OR downstream_key IS NOT NULL) FROM outbox \
      WHERE scope = $1::text AND resource_id = $2::text AND effect = 'flow-step' \
        AND status IN ('pending', 'dead') ORDER BY id DESC LIMIT 1";
 /// The next step due now: a backoff cut short (a live claim is left
@@ -409,6 +410,7 @@ impl PgDb {
                 status: r.try_get(0).map_err(db_error)?,
                 attempts: r.try_get(1).map_err(db_error)?,
                 last_error: r.try_get(2).map_err(db_error)?,
+                maybe_sent: r.try_get(3).map_err(db_error)?,
             })
         })
         .transpose()

@@ -74,7 +74,8 @@ const CLOSE_WINDOW: &str = concat!(
 );
 const FIND: &str = "SELECT id FROM idemkey_flows WHERE scope = ?1 AND operation = ?2 AND key = ?3 \
                     ORDER BY created_at DESC, rowid DESC LIMIT 1";
-const NEXT: &str = "SELECT status, attempts, last_error FROM outbox \
+const NEXT: &str = "SELECT status, attempts, last_error, \
+     (attempts > 0 OR downstream_key IS NOT NULL) FROM outbox \
      WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' \
        AND status IN ('pending', 'dead') ORDER BY id DESC LIMIT 1";
 /// The next step due now: a backoff cut short (a live claim is left
@@ -406,6 +407,7 @@ impl SqliteDb {
                             status: r.get(0)?,
                             attempts: r.get(1)?,
                             last_error: r.get(2)?,
+                            maybe_sent: r.get(3)?,
                         })
                     })
                     .optional()
