@@ -50,8 +50,9 @@ set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
 # The article's Node lab is not part of this repository: its harness sits beside a checkout that
-# has it (the default below) or wherever PEERDIR names. Only the node:N cells use it.
-PEERDIR=${PEERDIR-$ROOT/../shared/peers/seed-node-lab} # outside-ok: the optional Node lab, skipped when absent
+# has it, only where PEERDIR names it (the team names its peers folder); unset, nothing outside
+# the repository is read. Only the node:N cells use it.
+PEERDIR=${PEERDIR:-}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}
 # shellcheck source=bench/lib.sh
 . "$BENCH/lib.sh"
@@ -324,7 +325,7 @@ for item in $SYSTEMS; do
   sys=${item%%:*}; procs=${item##*:}
   stop_all_procs
   if [ "$sys" = node ] && [ "$LAB" = 0 ]; then
-    printf '%s\tdefault\t%s\tall\t-\tskipped: the Node lab harness is not beside this repository (PEERDIR)\n' \
+    printf '%s\tdefault\t%s\tall\t-\tskipped: the Node lab harness is not beside this repository (PEERDIR unset or empty)\n' \
       "$sys" "$procs" >>"$OUT/unavailable.tsv"; continue
   fi
   if [ "$sys" = idemkey-sqlite ] && [ -z "$SQLITE_TOKEN" ]; then

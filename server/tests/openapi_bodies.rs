@@ -212,7 +212,7 @@ fn the_checker_refuses_bodies_outside_the_schema() {
 }
 
 /// `GET /account` answers the account its token authenticates (what the
-/// browser client scopes its keys by, issue 52): each account's token gives
+/// browser client scopes its keys by): each account's token gives
 /// that account's own id, whatever it is called; no token, or one that
 /// does not authenticate, gets the 401 problem.
 #[tokio::test]

@@ -1,4 +1,4 @@
-// IdempotentClient in headless Chromium with a scripted fetch (issue 52):
+// IdempotentClient in headless Chromium with a scripted fetch:
 // operations the server accepts (202) and runs for long, a purchase's final
 // answers, two contexts (a service worker and a page) on one database,
 // polling, listeners that throw, and a replay window that changes.

@@ -1,6 +1,6 @@
 // The demo shop in headless Chromium against a real `idemkey-server serve
 // --demo` (SQLite) and, for purchases, a real payment provider process
-// (issue 52): a purchase the service worker sent while every tab was closed
+// a purchase the service worker sent while every tab was closed
 // is listed and shown to its end; an account opened with `#token=` and no
 // name is scoped by its id (GET /account): its pending work goes with its
 // own tokens only; without IndexedDB the

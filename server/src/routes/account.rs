@@ -1,5 +1,5 @@
 //! `GET /account`: the account a bearer token authenticates, so that a
-//! client scopes its stored keys by the account itself (issue 52) rather
+//! client scopes its stored keys by the account itself rather
 //! than by a name it was given or a literal.
 
 use axum::extract::State;
