@@ -250,3 +250,15 @@ pub mod store;
 pub use error::StoreError;
 pub use idempotency::Records;
 pub use store::Db;
+
+/// The README's Rust snippets, compiled as doctests (and run where they
+/// need no server), so the crate's front page cannot drift from its API.
+#[cfg(all(
+    doctest,
+    feature = "layer",
+    feature = "postgres",
+    feature = "sqlite",
+    feature = "flow"
+))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
