@@ -28,14 +28,16 @@
 //!
 //! # Examples
 //!
-//! Each runs as it is, on an SQLite file of its own (PostgreSQL is the same
-//! code with a `postgres://` URL; Redis serves the Layer only).
+//! Each runs as it is (`cargo test -p idemkey --all-features --doc`), on
+//! an SQLite file of its own, removed at the end; PostgreSQL is the same
+//! code with a `postgres://` URL (Redis serves the Layer only).
 //!
 //! ## The Layer
 //!
 //! A route whose effect is outside your database, guarded on a store: a
 //! retry with the same key and body gets the stored response back, marked
-//! `Idempotent-Replayed: true`, and the handler runs once.
+//! `Idempotent-Replayed: true`, and the handler runs once. Features `layer`
+//! and a store.
 //!
 //! ```
 //! # #[cfg(all(feature = "layer", feature = "sqlite"))]
@@ -49,7 +51,7 @@
 //! use idemkey::{Db, layer::IdempotencyLayer, store::StoreSettings};
 //! use tower::ServiceExt as _;
 //!
-//! # let path = std::env::temp_dir().join(format!("idemkey-doc-layer-{}.db", std::process::id()));
+//! let path = std::env::temp_dir().join(format!("idemkey-doc-layer-{}.db", std::process::id()));
 //! # struct Remove(std::path::PathBuf);
 //! # impl Drop for Remove { fn drop(&mut self) { for end in ["", "-wal", "-shm"] {
 //! #     let mut file = self.0.clone().into_os_string(); file.push(end); std::fs::remove_file(file).ok(); } } }
@@ -89,6 +91,7 @@
 //! Your row, the key's stored response and a message for the outside world
 //! commit together; a retry replays the response and writes nothing, and a
 //! worker delivers the message once the transaction has committed.
+//! Features `outbox` and `sqlite` (or `postgres`: `pg_in_transaction`).
 //!
 //! ```
 //! # #[cfg(all(feature = "sqlite", feature = "outbox"))]
@@ -102,7 +105,7 @@
 //! use idemkey::store::{Db, SqliteDb};
 //! use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 //!
-//! # let path = std::env::temp_dir().join(format!("idemkey-doc-tx-{}.db", std::process::id()));
+//! let path = std::env::temp_dir().join(format!("idemkey-doc-tx-{}.db", std::process::id()));
 //! # struct Remove(std::path::PathBuf);
 //! # impl Drop for Remove { fn drop(&mut self) { for end in ["", "-wal", "-shm"] {
 //! #     let mut file = self.0.clone().into_os_string(); file.push(end); std::fs::remove_file(file).ok(); } } }
@@ -154,6 +157,7 @@
 //! One key for an operation of several steps: the first request runs the
 //! local step in the key's transaction and answers `202`, the worker runs
 //! the rest, and a retry gets the final answer; each step ran once.
+//! Features `flow` and `sqlite` or `postgres`.
 //!
 //! ```
 //! # #[cfg(all(feature = "flow", feature = "sqlite"))]
@@ -170,7 +174,7 @@
 //! use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 //! use serde_json::json;
 //!
-//! # let path = std::env::temp_dir().join(format!("idemkey-doc-flow-{}.db", std::process::id()));
+//! let path = std::env::temp_dir().join(format!("idemkey-doc-flow-{}.db", std::process::id()));
 //! # struct Remove(std::path::PathBuf);
 //! # impl Drop for Remove { fn drop(&mut self) { for end in ["", "-wal", "-shm"] {
 //! #     let mut file = self.0.clone().into_os_string(); file.push(end); std::fs::remove_file(file).ok(); } } }
@@ -178,7 +182,8 @@
 //! let db = Db::open(&format!("sqlite://{}", path.display()), &StoreSettings::default()).await?;
 //! # let Db::Sqlite(lite) = &db else { unreachable!() };
 //! # lite.with_conn(|c| Ok(c.execute_batch("CREATE TABLE stock (sku TEXT, n INT); INSERT INTO stock VALUES ('tea', 5)"))).await??;
-//! // The charges another system made, by the key each step sent.
+//! // `stock` is the application's table, in the same file; the charges are
+//! // another system's, by the key each attempt sent.
 //! let charged = Arc::new(Mutex::new(Vec::<String>::new()));
 //! let reserve = Local::new().sqlite(|tx, _ctx| {
 //!     tx.execute("UPDATE stock SET n = n - 1 WHERE sku = 'tea'", [])
@@ -213,6 +218,8 @@
 //! while worker.run_once().await? > 0 {} // the charge, after the first transaction
 //! assert!(matches!(buy().await?, Outcome::Replayed(r) if r.status == 200));
 //! assert_eq!(charged.lock().unwrap().len(), 1);
+//! # let stock = lite.with_conn(|c| Ok(c.query_row("SELECT n FROM stock", [], |r| r.get::<_, i64>(0)))).await??;
+//! # assert_eq!(stock, 4, "reserved once");
 //! # Ok(())
 //! # }
 //! # #[cfg(not(all(feature = "flow", feature = "sqlite")))]
