@@ -95,36 +95,22 @@
 //! [`pg_in_transaction`] takes a connection of the store's pool for the
 //! call. The database must be migrated ([`crate::store::Db::open`] does it).
 
+// The front ends of the stores that join transactions, under the names this
+// module has always offered.
 #[cfg(feature = "postgres")]
-pub use crate::store::postgres::PgTx;
+pub use crate::store::postgres::{PgResponseFuture as PgEffect, PgTx, pg_in_transaction};
 #[cfg(feature = "sqlite")]
-pub use crate::store::sqlite::SqliteTx;
+pub use crate::store::sqlite::{SqliteTx, sqlite_in_transaction, sqlite_in_transaction_async};
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-use std::future::Future;
-#[cfg(feature = "postgres")]
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use idemkey_core::{ExpiryPolicy, Fingerprint, Problem};
-#[cfg(feature = "sqlite")]
-use parking_lot::Mutex;
-#[cfg(feature = "sqlite")]
-use rusqlite::Connection;
 
 use crate::idempotency::{self, Done, Mode, Policy, RecordKey, Records, StoredResponse};
 use crate::metrics::{FrontEnd, Metrics};
-#[cfg(feature = "postgres")]
-use crate::store::PgDb;
-#[cfg(feature = "sqlite")]
-use crate::store::SqliteDb;
-use crate::store::StoreError;
-#[cfg(feature = "postgres")]
-use crate::store::postgres;
-#[cfg(feature = "sqlite")]
-use crate::store::sqlite;
+use crate::store::{Effect, StoreError, Transactional};
 
 /// The claim's lease inside a transaction: never visible to anyone else
 /// (the row is completed or rolled back before the commit), so it only has
@@ -226,11 +212,6 @@ where
     finish(key, options, result)
 }
 
-/// The future a PostgreSQL closure returns: boxed, so that it may borrow the
-/// transaction.
-#[cfg(feature = "postgres")]
-pub type PgEffect<'t, E> = Pin<Box<dyn Future<Output = Result<StoredResponse, E>> + Send + 't>>;
-
 pub(crate) fn finish<T, E>(
     key: &RecordKey,
     options: &Options,
@@ -261,103 +242,33 @@ pub(crate) fn finish<T, E>(
     })
 }
 
-/// Runs `effect` exactly once per [`RecordKey`] on PostgreSQL, in one
-/// transaction of a connection of `db`'s pool with the claim and the
-/// stored response, in `db`'s tables (see the [module docs](self)). The
-/// closure receives the open transaction with the store's names.
-#[cfg(feature = "postgres")]
-pub async fn pg_in_transaction<F, E>(
-    db: &PgDb,
+/// Runs `effect` exactly once per [`RecordKey`] in one new transaction of
+/// `db`, any store that joins transactions ([`Transactional`]): the claim,
+/// the effect with the open transaction ([`Transactional::Tx`], in the
+/// store's tables) and the stored response commit together, or nothing
+/// does. The closure is typed by the backend's transaction (`|tx: PgTx|`
+/// returning a boxed future on PostgreSQL, `|tx: SqliteTx|` returning the
+/// response on SQLite, run on a blocking thread).
+pub async fn transaction<B, E, F>(
+    db: &B,
     key: &RecordKey,
     fingerprint: Fingerprint,
     options: &Options,
     effect: F,
 ) -> Result<Outcome, Error<E>>
 where
-    F: for<'t, 'c> FnOnce(PgTx<'t, 'c>) -> PgEffect<'t, E>,
+    B: Transactional,
     E: Send + 'static,
+    F: Effect<B, E>,
 {
-    let mut client = db.client().await?;
-    let result = postgres::run_in_transaction(
-        db,
-        &mut client,
-        key,
-        fingerprint,
-        &options.policy(),
-        options.lock_timeout,
-        |tx| {
-            let effect = effect(tx);
-            Box::pin(async move {
-                Ok(Done {
-                    response: effect.await?,
-                    resource: None,
-                    value: (),
-                })
-            })
-        },
-    )
-    .await;
+    let result = db
+        .transaction(
+            key,
+            fingerprint,
+            options.policy(),
+            options.lock_timeout,
+            effect,
+        )
+        .await;
     finish(key, options, result)
-}
-
-/// Runs `effect` exactly once per [`RecordKey`] on SQLite, in one `BEGIN
-/// IMMEDIATE` transaction of `conn` (a connection to `db`'s file) with the
-/// claim and the stored response, in `db`'s tables (see the [module
-/// docs](self)).
-///
-/// Blocking: call it from a blocking thread, or use
-/// [`sqlite_in_transaction_async`]. Give the connection a busy timeout: a
-/// write lock held past it by another connection is [`Error::Store`].
-#[cfg(feature = "sqlite")]
-pub fn sqlite_in_transaction<F, E>(
-    db: &SqliteDb,
-    conn: &mut Connection,
-    key: &RecordKey,
-    fingerprint: Fingerprint,
-    options: &Options,
-    effect: F,
-) -> Result<Outcome, Error<E>>
-where
-    F: FnOnce(SqliteTx<'_>) -> Result<StoredResponse, E>,
-{
-    let result = sqlite::run_in_transaction(db, conn, key, fingerprint, &options.policy(), |tx| {
-        Ok(Done {
-            response: effect(tx)?,
-            resource: None,
-            value: (),
-        })
-    });
-    finish(key, options, result)
-}
-
-/// [`sqlite_in_transaction`] on a blocking thread, with the connection
-/// behind a mutex (held for the whole transaction), e.g.
-/// [`crate::store::SqliteDb::connection`] or one of your own to `db`'s
-/// file.
-#[cfg(feature = "sqlite")]
-pub fn sqlite_in_transaction_async<F, E>(
-    db: &SqliteDb,
-    conn: Arc<Mutex<Connection>>,
-    key: RecordKey,
-    fingerprint: Fingerprint,
-    options: Options,
-    effect: F,
-) -> impl Future<Output = Result<Outcome, Error<E>>> + Send + 'static
-where
-    F: FnOnce(SqliteTx<'_>) -> Result<StoredResponse, E> + Send + 'static,
-    E: Send + 'static,
-{
-    // The store is cloned now, so the future borrows nothing (it may be
-    // spawned).
-    let db = db.clone();
-    async move {
-        tokio::task::spawn_blocking(move || {
-            // A panic inside a transaction leaves nothing behind (rusqlite
-            // rolls back on drop); parking_lot's lock has no poisoning.
-            let mut guard = conn.lock();
-            sqlite_in_transaction(&db, &mut guard, &key, fingerprint, &options, effect)
-        })
-        .await
-        .map_err(|e| Error::Store(StoreError::Unavailable(format!("blocking task: {e}"))))?
-    }
 }

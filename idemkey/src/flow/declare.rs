@@ -152,12 +152,14 @@ impl Local {
 
     /// Its function on `backend` (a backend's builder calls it with its
     /// own function type, which its journal downcasts to).
+    #[allow(dead_code)] // Called by the backends' builders: none in a build without one.
     pub(crate) fn on(mut self, backend: &'static str, f: Arc<LocalFn>) -> Self {
         self.run.insert(backend, f);
         self
     }
 
     /// Its compensation on `backend`.
+    #[allow(dead_code)] // Called by the backends' builders: none in a build without one.
     pub(crate) fn undo_on(mut self, backend: &'static str, f: Arc<LocalFn>) -> Self {
         self.undo.insert(backend, f);
         self

@@ -316,3 +316,41 @@ impl<B: Backend> DynBackend for B {
         Records::expires_records(self)
     }
 }
+
+/// A store whose transactions [`in_transaction`](crate::in_transaction)
+/// joins: the capability a SQL backend adds to [`Backend`]. It runs the
+/// engine in one new transaction (claim, the caller's effect with the open
+/// transaction, the stored response) and commits only when the response is
+/// stored.
+pub trait Transactional: Backend {
+    /// The open transaction an effect receives: the driver's transaction
+    /// with the store's table names (and `enqueue` into its outbox).
+    type Tx<'t>;
+    /// What an effect answers on this backend: a boxed future on an async
+    /// driver, the value itself on a blocking one.
+    type Answer<'t, R: 't>;
+
+    /// Runs `effect` once under `key` in one transaction of this store
+    /// (`lock_timeout`: a `SET LOCAL` where the backend has one).
+    fn transaction<'a, E, F>(
+        &'a self,
+        key: &'a RecordKey,
+        fingerprint: idemkey_core::Fingerprint,
+        policy: crate::idempotency::Policy,
+        lock_timeout: Option<Duration>,
+        effect: F,
+    ) -> impl Future<Output = Result<crate::idempotency::Outcome<()>, crate::idempotency::Error<E>>>
+    + Send
+    + 'a
+    where
+        E: Send + 'static,
+        F: Effect<Self, E>;
+}
+
+/// An effect run in a transaction of `B`: each backend implements it for
+/// the closures over its own transaction (`|tx| ...`), so a closure is
+/// typed by that backend's transaction through the trait.
+pub trait Effect<B: Transactional + ?Sized, E: 'static>: Send + 'static {
+    /// Runs the effect with the open transaction.
+    fn run<'t>(self, tx: B::Tx<'t>) -> B::Answer<'t, Result<StoredResponse, E>>;
+}

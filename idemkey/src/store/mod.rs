@@ -7,7 +7,7 @@
 
 pub(crate) mod backend;
 mod db;
-#[cfg(all(feature = "flow", any(feature = "postgres", feature = "sqlite")))]
+#[cfg(feature = "flow")]
 pub mod flow;
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub mod migrations;
@@ -31,7 +31,7 @@ pub use crate::duration::{from_system_time, millis, to_system_time};
 pub use crate::error::StoreError;
 #[cfg(feature = "outbox")]
 pub use backend::OutboxStore;
-pub use backend::{Backend, BoxFuture, Opener};
+pub use backend::{Backend, BoxFuture, Effect, Opener, Transactional};
 pub use db::{DEFAULT_DATABASE_URL, Db};
 pub use pool::PoolStatus;
 #[cfg(feature = "postgres")]
