@@ -8,7 +8,7 @@
 
 use std::any::Any;
 use std::future::Future;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::StoreError;
@@ -19,9 +19,7 @@ use crate::store::migrations::Migration;
 use crate::store::pool::PoolStatus;
 use crate::store::settings::StoreSettings;
 
-/// A boxed future that may borrow for `'a`: what the type-erased store
-/// returns (one allocation per call).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use super::boxed::BoxFuture;
 
 /// A store of the library's records that [`Db`](super::Db) can hold: its
 /// lifecycle (migrations, readiness, pool figures) on top of [`Records`].
@@ -104,20 +102,14 @@ pub trait Backend: Records + Clone + std::fmt::Debug + Send + Sync + 'static {
 /// One line of [`Db`](super::Db)'s registration: how a backend recognises
 /// its URLs and opens them.
 #[derive(Clone, Copy)]
-pub struct Opener {
-    /// The backend's name.
-    pub name: &'static str,
+pub(crate) struct Opener {
     /// Whether `url` is this backend's.
-    pub accepts: fn(&str) -> bool,
+    pub(crate) accepts: fn(&str) -> bool,
     /// Connects to `url` (without migrating).
-    pub connect:
-        for<'a> fn(&'a str, &'a StoreSettings) -> BoxFuture<'a, Result<super::Db, StoreError>>,
-}
-
-impl std::fmt::Debug for Opener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Opener").field("name", &self.name).finish()
-    }
+    pub(crate) connect: for<'a> fn(
+        &'a str,
+        &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<Arc<dyn DynBackend>, StoreError>>,
 }
 
 /// The outbox of a store: claims, settlements and the operator's views,

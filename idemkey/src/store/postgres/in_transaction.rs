@@ -6,7 +6,7 @@ use idemkey_core::Fingerprint;
 use super::db::PgDb;
 use super::transaction::{PgResponseFuture, PgTx, run_in_transaction};
 use crate::idempotency::{Done, RecordKey};
-use crate::in_transaction::{Error, Options, Outcome, finish};
+use crate::store::in_transaction::{Error, Options, Outcome, finish};
 
 /// Runs `effect` exactly once per [`RecordKey`] on PostgreSQL, in one
 /// transaction of a connection of `db`'s pool with the claim and the

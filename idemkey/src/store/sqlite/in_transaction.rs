@@ -12,8 +12,8 @@ use rusqlite::Connection;
 use super::db::SqliteDb;
 use super::transaction::{SqliteTx, run_in_transaction};
 use crate::idempotency::{Done, RecordKey, StoredResponse};
-use crate::in_transaction::{Error, Options, Outcome, finish};
 use crate::store::StoreError;
+use crate::store::in_transaction::{Error, Options, Outcome, finish};
 
 /// Runs `effect` exactly once per [`RecordKey`] on SQLite, in one `BEGIN
 /// IMMEDIATE` transaction of `conn` (a connection to `db`'s file) with the
