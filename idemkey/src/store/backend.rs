@@ -25,7 +25,7 @@ pub use super::boxed::BoxFuture;
 /// lifecycle (migrations, readiness, pool figures) on top of [`Records`].
 /// A backend is one folder under `store/` implementing this (and the
 /// capabilities it has: [`Backend::outbox`], [`Backend::journal`]), behind
-/// one cargo feature, with one [`Opener`] line in `store/db.rs`.
+/// one cargo feature, with one registration line in `store/db.rs`.
 pub trait Backend: Records + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// The backend's name, as [`Db::backend`](super::Db::backend) reports
     /// it and as a flow's local steps are keyed (`postgres`, `sqlite`).

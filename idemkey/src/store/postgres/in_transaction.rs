@@ -10,7 +10,7 @@ use crate::store::in_transaction::{Error, Options, Outcome, finish};
 
 /// Runs `effect` exactly once per [`RecordKey`] on PostgreSQL, in one
 /// transaction of a connection of `db`'s pool with the claim and the
-/// stored response, in `db`'s tables (see the [module docs](self)). The
+/// stored response, in `db`'s tables (see the [module docs](crate::in_transaction)). The
 /// closure receives the open transaction with the store's names.
 pub async fn pg_in_transaction<F, E>(
     db: &PgDb,

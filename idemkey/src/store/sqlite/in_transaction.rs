@@ -18,7 +18,7 @@ use crate::store::in_transaction::{Error, Options, Outcome, finish};
 /// Runs `effect` exactly once per [`RecordKey`] on SQLite, in one `BEGIN
 /// IMMEDIATE` transaction of `conn` (a connection to `db`'s file) with the
 /// claim and the stored response, in `db`'s tables (see the [module
-/// docs](self)).
+/// docs](crate::in_transaction)).
 ///
 /// Blocking: call it from a blocking thread, or use
 /// [`sqlite_in_transaction_async`]. Give the connection a busy timeout: a
