@@ -3,17 +3,23 @@
 //! file's write lock, so two owners never record one step), and the reads
 //! a state document needs. Blocking: the futures are ready when returned.
 
-use std::future::{Future, ready};
+use std::future::ready;
+use std::sync::Arc;
+
+use serde_json::Value;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
-use super::connection::sqlite_error;
+use super::connection::{corrupt_in_row, sqlite_error};
 use super::db::SqliteDb;
 use crate::idempotency::StoredResponse;
+use crate::store::Backend as _;
+use crate::store::backend::BoxFuture;
 use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, StepRow};
 use crate::store::outbox::OutboxMessage;
-use crate::store::{StoreError, Tables};
+use crate::store::step::{Local, LocalFn, StepContext, StepError};
+use crate::store::{StoreError, Tables, decode_response};
 
 const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, \
      position, input, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
@@ -122,18 +128,9 @@ fn flow_from_row(row: &Row<'_>) -> rusqlite::Result<(FlowRow, String)> {
     let id: String = row.get(0)?;
     let state: String = row.get(5)?;
     let status: Option<i64> = row.get(10)?;
-    let response = match status {
-        Some(status) => {
-            let headers: Option<String> = row.get(11)?;
-            let body: Option<Vec<u8>> = row.get(12)?;
-            Some(StoredResponse {
-                status: u16::try_from(status).unwrap_or(500),
-                headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
-                body: body.map(Into::into),
-            })
-        }
-        None => None,
-    };
+    let headers: Option<String> = row.get(11)?;
+    let body: Option<Vec<u8>> = row.get(12)?;
+    let response = decode_response(status, headers.as_deref(), body).map_err(corrupt_in_row)?;
     Ok((
         FlowRow {
             id: Uuid::try_parse(&id).unwrap_or_default(),
@@ -204,8 +201,12 @@ impl SqliteJournal<'_> {
 }
 
 impl Journal for SqliteJournal<'_> {
-    fn insert_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send {
-        ready(
+    fn backend(&self) -> &'static str {
+        SqliteDb::NAME
+    }
+
+    fn insert_flow<'a>(&'a self, row: &'a FlowRow) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ready(
             self.conn
                 .prepare_cached(&self.tables.render_static(INSERT_FLOW))
                 .and_then(|mut stmt| {
@@ -222,23 +223,23 @@ impl Journal for SqliteJournal<'_> {
                 })
                 .map(drop)
                 .map_err(sqlite_error),
-        )
+        ))
     }
 
-    fn lock_flow(
-        &self,
-        scope: &str,
+    fn lock_flow<'a>(
+        &'a self,
+        scope: &'a str,
         id: Uuid,
-    ) -> impl Future<Output = Result<Option<FlowRow>, StoreError>> + Send {
-        ready(load(self.conn, self.tables, scope, id))
+    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
+        Box::pin(ready(load(self.conn, self.tables, scope, id)))
     }
 
-    fn settle(
-        &self,
-        message: &OutboxMessage,
-        sent_key: Option<&str>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        ready(
+    fn settle<'a>(
+        &'a self,
+        message: &'a OutboxMessage,
+        sent_key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(ready(
             self.conn
                 .prepare_cached(&self.tables.render_static(SETTLE))
                 .and_then(|mut stmt| {
@@ -246,15 +247,15 @@ impl Journal for SqliteJournal<'_> {
                 })
                 .map(|n| n == 1)
                 .map_err(sqlite_error),
-        )
+        ))
     }
 
-    fn insert_step(
-        &self,
-        row: &FlowRow,
-        step: &StepRow,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        ready(
+    fn insert_step<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        step: &'a StepRow,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ready(
             self.conn
                 .prepare_cached(&self.tables.render_static(INSERT_STEP))
                 .and_then(|mut stmt| {
@@ -271,25 +272,25 @@ impl Journal for SqliteJournal<'_> {
                 })
                 .map(drop)
                 .map_err(sqlite_error),
-        )
+        ))
     }
 
-    fn compensated(
-        &self,
-        row: &FlowRow,
+    fn compensated<'a>(
+        &'a self,
+        row: &'a FlowRow,
         idx: i32,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        ready(
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(ready(
             self.exec(COMPENSATED, params![row.id.to_string(), idx, row.scope])
                 .map(|n| n == 1),
-        )
+        ))
     }
 
-    fn update_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn update_flow<'a>(&'a self, row: &'a FlowRow) -> BoxFuture<'a, Result<(), StoreError>> {
         let status = row.response.as_ref().map(|r| i64::from(r.status));
         let headers = row.response.as_ref().map(StoredResponse::headers_json);
         let body = row.response.as_ref().and_then(|r| r.body.as_deref());
-        ready(
+        Box::pin(ready(
             self.exec(
                 UPDATE_FLOW,
                 params![
@@ -305,15 +306,15 @@ impl Journal for SqliteJournal<'_> {
                 ],
             )
             .map(drop),
-        )
+        ))
     }
 
-    fn enqueue(
-        &self,
-        row: &FlowRow,
-        payload: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        ready(
+    fn enqueue<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        payload: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ready(
             self.conn
                 .prepare_cached(&self.tables.render_static(ENQUEUE))
                 .and_then(|mut stmt| {
@@ -329,15 +330,15 @@ impl Journal for SqliteJournal<'_> {
                 })
                 .map(drop)
                 .map_err(sqlite_error),
-        )
+        ))
     }
 
-    fn finish_record(
-        &self,
-        row: &FlowRow,
-        response: &StoredResponse,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        ready(
+    fn finish_record<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        response: &'a StoredResponse,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ready(
             self.exec(
                 FINISH_RECORD,
                 params![
@@ -351,11 +352,22 @@ impl Journal for SqliteJournal<'_> {
                 ],
             )
             .map(drop),
-        )
+        ))
     }
 
-    fn sqlite(&self) -> Option<&rusqlite::Connection> {
-        Some(self.conn)
+    fn run_local<'a>(
+        &'a self,
+        f: &'a LocalFn,
+        ctx: StepContext,
+    ) -> BoxFuture<'a, Result<Value, StepError>> {
+        // Run now, on the store's thread: the future holds only its result.
+        Box::pin(ready(match f.downcast_ref::<SqliteLocalFn>() {
+            Some(f) => f(self.conn, ctx),
+            None => Err(StepError::Refused(format!(
+                "step {} has no SQLite function",
+                ctx.step
+            ))),
+        }))
     }
 }
 
@@ -453,5 +465,38 @@ impl SqliteDb {
                 .map_err(sqlite_error)
         })
         .await
+    }
+}
+
+/// A SQLite local step's function, as [`Local::sqlite`] stores it.
+type SqliteLocalFn =
+    Arc<dyn Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError> + Send + Sync>;
+
+impl Local {
+    /// Its SQLite function, run in the open transaction (blocking, on the
+    /// store's thread).
+    #[must_use]
+    pub fn sqlite<F>(self, f: F) -> Self
+    where
+        F: Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f: SqliteLocalFn = Arc::new(f);
+        self.on(SqliteDb::NAME, Arc::new(f))
+    }
+
+    /// Its compensation on SQLite.
+    #[must_use]
+    pub fn sqlite_undo<F>(self, f: F) -> Self
+    where
+        F: Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f: SqliteLocalFn = Arc::new(f);
+        self.undo_on(SqliteDb::NAME, Arc::new(f))
     }
 }

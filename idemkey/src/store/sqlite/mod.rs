@@ -23,11 +23,13 @@
 //! [`StoreError::Unavailable`](crate::StoreError::Unavailable) (503) before anything was written. The
 //! server's `--max-in-flight` bounds the threads that wait.
 
+mod backend;
 mod connection;
 mod db;
 #[cfg(feature = "flow")]
 pub(crate) mod flow;
 mod group_commit;
+mod in_transaction;
 mod migrate;
 #[cfg(feature = "outbox")]
 mod outbox;
@@ -37,10 +39,10 @@ mod records;
 mod statements;
 mod transaction;
 
+pub(crate) use backend::OPENER;
 pub use connection::{DEFAULT_WAIT, immediate, sqlite_error};
 pub use db::SqliteDb;
-#[cfg(feature = "flow")]
-pub(crate) use flow::SqliteJournal;
+pub use in_transaction::{sqlite_in_transaction, sqlite_in_transaction_async};
 pub use readers::{DEFAULT_READERS, MAX_READERS};
 pub use records::{SqliteRecords, read_from_row};
 pub use transaction::{SqliteTx, run_in_savepoint, run_in_transaction};
