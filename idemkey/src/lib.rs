@@ -35,7 +35,7 @@ pub mod error;
 #[cfg(all(feature = "flow", any(feature = "postgres", feature = "sqlite")))]
 pub mod flow;
 pub mod idempotency;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "sqlx-postgres"))]
 pub mod in_transaction;
 #[cfg(feature = "layer")]
 pub mod layer;
