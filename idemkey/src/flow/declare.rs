@@ -4,7 +4,7 @@
 //! optionally undone by a compensation, and the responses the operation
 //! ends with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,6 +15,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::idempotency::StoredResponse;
+
+/// A local step's function for one backend, type-erased: the backend that
+/// stored it downcasts it to its own function type.
+pub(crate) type LocalFn = dyn std::any::Any + Send + Sync;
 
 /// Where the problem types of operations are documented.
 pub(crate) const TYPE_BASE: &str = "https://idemkey.dev/problems/";
@@ -127,33 +131,17 @@ impl From<crate::StoreError> for StepError {
 pub type StepFuture = Pin<Box<dyn Future<Output = Attempt> + Send>>;
 type ExternalFn = Arc<dyn Fn(StepContext) -> StepFuture + Send + Sync>;
 
-/// The future a PostgreSQL local step returns: boxed, so that it may borrow
-/// the transaction.
-#[cfg(feature = "postgres")]
-pub type PgStepFuture<'t> = Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send + 't>>;
-#[cfg(feature = "postgres")]
-pub(crate) type PgLocalFn = Arc<
-    dyn for<'t, 'c> Fn(&'t tokio_postgres::Transaction<'c>, StepContext) -> PgStepFuture<'t>
-        + Send
-        + Sync,
->;
-#[cfg(feature = "sqlite")]
-pub(crate) type SqliteLocalFn =
-    Arc<dyn Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError> + Send + Sync>;
-
 /// A local step: SQL that commits in the journal's transaction, with the
-/// step's row and the next step's message (one function per backend the
-/// service runs on; a store without one refuses the flow).
+/// step's row and the next step's message: one function per backend the
+/// service runs on, each typed by that backend's transaction (its builder,
+/// e.g. `Local::postgres`, lives with the backend); a store without one
+/// refuses the flow.
 #[derive(Clone, Default)]
 pub struct Local {
-    #[cfg(feature = "postgres")]
-    pub(crate) postgres: Option<PgLocalFn>,
-    #[cfg(feature = "postgres")]
-    pub(crate) postgres_undo: Option<PgLocalFn>,
-    #[cfg(feature = "sqlite")]
-    pub(crate) sqlite: Option<SqliteLocalFn>,
-    #[cfg(feature = "sqlite")]
-    pub(crate) sqlite_undo: Option<SqliteLocalFn>,
+    /// The step's function by backend name, as that backend stored it.
+    run: HashMap<&'static str, Arc<LocalFn>>,
+    /// Its compensation by backend name.
+    undo: HashMap<&'static str, Arc<LocalFn>>,
 }
 
 impl Local {
@@ -162,61 +150,23 @@ impl Local {
         Self::default()
     }
 
-    /// Its PostgreSQL function, run in the open transaction.
-    #[cfg(feature = "postgres")]
-    #[must_use]
-    pub fn postgres<F>(mut self, f: F) -> Self
-    where
-        F: for<'t, 'c> Fn(&'t tokio_postgres::Transaction<'c>, StepContext) -> PgStepFuture<'t>
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.postgres = Some(Arc::new(f));
+    /// Its function on `backend` (a backend's builder calls it with its
+    /// own function type, which its journal downcasts to).
+    pub(crate) fn on(mut self, backend: &'static str, f: Arc<LocalFn>) -> Self {
+        self.run.insert(backend, f);
         self
     }
 
-    /// Its compensation on PostgreSQL.
-    #[cfg(feature = "postgres")]
-    #[must_use]
-    pub fn postgres_undo<F>(mut self, f: F) -> Self
-    where
-        F: for<'t, 'c> Fn(&'t tokio_postgres::Transaction<'c>, StepContext) -> PgStepFuture<'t>
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.postgres_undo = Some(Arc::new(f));
+    /// Its compensation on `backend`.
+    pub(crate) fn undo_on(mut self, backend: &'static str, f: Arc<LocalFn>) -> Self {
+        self.undo.insert(backend, f);
         self
     }
 
-    /// Its SQLite function, run in the open transaction (blocking, on the
-    /// store's thread).
-    #[cfg(feature = "sqlite")]
-    #[must_use]
-    pub fn sqlite<F>(mut self, f: F) -> Self
-    where
-        F: Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError>
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.sqlite = Some(Arc::new(f));
-        self
-    }
-
-    /// Its compensation on SQLite.
-    #[cfg(feature = "sqlite")]
-    #[must_use]
-    pub fn sqlite_undo<F>(mut self, f: F) -> Self
-    where
-        F: Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError>
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.sqlite_undo = Some(Arc::new(f));
-        self
+    /// The function (or, `undo`, the compensation) for `backend`.
+    pub(crate) fn function(&self, backend: &str, undo: bool) -> Option<&LocalFn> {
+        let map = if undo { &self.undo } else { &self.run };
+        map.get(backend).map(|f| &**f)
     }
 
     /// Whether it declares an undo on any backend: a step compensable on
@@ -224,39 +174,7 @@ impl Local {
     /// ([`Flow::check`]), or a failure would skip its undo and keep its
     /// effect (stock held) for good.
     fn compensable(&self) -> bool {
-        let mut any = false;
-        #[cfg(feature = "postgres")]
-        {
-            any |= self.postgres_undo.is_some();
-        }
-        #[cfg(feature = "sqlite")]
-        {
-            any |= self.sqlite_undo.is_some();
-        }
-        any
-    }
-
-    /// Whether it has an undo for `backend`.
-    fn undoes_on(&self, backend: &str) -> bool {
-        match backend {
-            #[cfg(feature = "postgres")]
-            "postgres" => self.postgres_undo.is_some(),
-            #[cfg(feature = "sqlite")]
-            "sqlite" => self.sqlite_undo.is_some(),
-            _ => false,
-        }
-    }
-
-    /// Whether it has a function for `backend` (as [`crate::Db::backend`]
-    /// names it).
-    fn runs_on(&self, backend: &str) -> bool {
-        match backend {
-            #[cfg(feature = "postgres")]
-            "postgres" => self.postgres.is_some(),
-            #[cfg(feature = "sqlite")]
-            "sqlite" => self.sqlite.is_some(),
-            _ => false,
-        }
+        !self.undo.is_empty()
     }
 }
 
@@ -417,7 +335,7 @@ impl Flow {
                 return Err(format!("flow {} names step {} twice", self.name, step.name));
             }
             if let Kind::Local(local) = &step.kind
-                && !local.runs_on(backend)
+                && local.function(backend, false).is_none()
             {
                 return Err(format!(
                     "step {} of flow {} has no {backend} function",
@@ -426,7 +344,7 @@ impl Flow {
             }
             if let Kind::Local(local) = &step.kind
                 && local.compensable()
-                && !local.undoes_on(backend)
+                && local.function(backend, true).is_none()
             {
                 return Err(format!(
                     "step {} of flow {} is undone on another backend but has no {backend} undo",

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::declare::{Failure, Flow, Kind, Local, StepContext, StepError};
 use crate::idempotency::StoredResponse;
+pub(crate) use crate::store::flow::Recorded;
 use crate::store::flow::{FlowRow, FlowState, Journal, StepRow};
 use crate::store::outbox::OutboxMessage;
 
@@ -40,59 +41,27 @@ impl From<Action> for StepAction {
 
 /// Runs a local step (or, `undo`, its compensation) on the journal's open
 /// transaction, with the function the flow declared for its backend.
-async fn run_local<J: Journal>(
+async fn run_local<J: Journal + ?Sized>(
     j: &J,
     local: &Local,
     undo: bool,
     ctx: StepContext,
 ) -> Result<Value, StepError> {
-    #[cfg(feature = "postgres")]
-    if let Some(tx) = j.postgres() {
-        let f = if undo {
-            &local.postgres_undo
-        } else {
-            &local.postgres
-        };
-        return match f {
-            Some(f) => f(tx, ctx).await,
-            // Never recorded `compensated` without its undo having run
-            // (`Flows::new` refuses such a flow; this is the last guard).
-            None if undo => Err(StepError::Retry(format!(
-                "step {} has no PostgreSQL undo",
-                ctx.step
-            ))),
-            None => Err(StepError::Refused(format!(
-                "step {} has no PostgreSQL function",
-                ctx.step
-            ))),
-        };
+    match local.function(j.backend(), undo) {
+        Some(f) => j.run_local(f, ctx).await,
+        // Never recorded `compensated` without its undo having run
+        // (`Flows::new` refuses such a flow; this is the last guard).
+        None if undo => Err(StepError::Retry(format!(
+            "step {} has no {} undo",
+            ctx.step,
+            j.backend()
+        ))),
+        None => Err(StepError::Refused(format!(
+            "step {} has no {} function",
+            ctx.step,
+            j.backend()
+        ))),
     }
-    #[cfg(feature = "sqlite")]
-    if let Some(conn) = j.sqlite() {
-        let f = if undo {
-            &local.sqlite_undo
-        } else {
-            &local.sqlite
-        };
-        return match f {
-            Some(f) => f(conn, ctx),
-            // Never recorded `compensated` without its undo having run
-            // (`Flows::new` refuses such a flow; this is the last guard).
-            None if undo => Err(StepError::Retry(format!(
-                "step {} has no SQLite undo",
-                ctx.step
-            ))),
-            None => Err(StepError::Refused(format!(
-                "step {} has no SQLite function",
-                ctx.step
-            ))),
-        };
-    }
-    let _ = (j, local, undo);
-    Err(StepError::Retry(format!(
-        "step {}: no open transaction",
-        ctx.step
-    )))
 }
 
 /// The context of step `idx` of `row`.
@@ -153,20 +122,10 @@ pub(crate) enum Outcome {
     RunLocal { attempts: u32 },
 }
 
-/// How a recording ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Recorded {
-    /// Committed; the execution moved on.
-    Moved,
-    /// Another owner moved the execution on, or took the message over:
-    /// nothing was recorded.
-    Fenced,
-}
-
 /// Records `outcome` of `message`'s step in the open transaction `j`:
 /// fenced by the execution's position and the message's claim, then on to
 /// the next step.
-pub(crate) async fn record<J: Journal>(
+pub(crate) async fn record<J: Journal + ?Sized>(
     j: &J,
     flow: &Flow,
     message: &OutboxMessage,
@@ -262,7 +221,7 @@ pub(crate) fn message_flow(message: &OutboxMessage) -> Result<Uuid, StepError> {
         .ok_or_else(|| StepError::Retry(format!("step message {} names no execution", message.id)))
 }
 
-async fn done<J: Journal>(
+async fn done<J: Journal + ?Sized>(
     j: &J,
     row: &mut FlowRow,
     idx: usize,
@@ -285,7 +244,7 @@ async fn done<J: Journal>(
     Ok(())
 }
 
-async fn refused<J: Journal>(
+async fn refused<J: Journal + ?Sized>(
     j: &J,
     row: &mut FlowRow,
     idx: usize,
@@ -314,7 +273,7 @@ async fn refused<J: Journal>(
 /// message, or the final response. `inline` (the first request's
 /// transaction) runs local steps and local compensations right here;
 /// otherwise each gets its own message, so each is its own recovery point.
-pub(crate) async fn proceed<J: Journal>(
+pub(crate) async fn proceed<J: Journal + ?Sized>(
     j: &J,
     flow: &Flow,
     row: &mut FlowRow,
@@ -385,7 +344,11 @@ pub(crate) async fn proceed<J: Journal>(
     }
 }
 
-async fn next_message<J: Journal>(j: &J, row: &FlowRow, action: Action) -> Result<(), StepError> {
+async fn next_message<J: Journal + ?Sized>(
+    j: &J,
+    row: &FlowRow,
+    action: Action,
+) -> Result<(), StepError> {
     let payload = serde_json::to_string(&StepMessage {
         step: row.position,
         action,
@@ -396,7 +359,7 @@ async fn next_message<J: Journal>(j: &J, row: &FlowRow, action: Action) -> Resul
     Ok(())
 }
 
-async fn end<J: Journal>(
+async fn end<J: Journal + ?Sized>(
     j: &J,
     row: &mut FlowRow,
     response: StoredResponse,

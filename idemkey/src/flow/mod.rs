@@ -53,8 +53,6 @@ mod run;
 pub mod state;
 
 pub use crate::store::flow::STEP_EFFECT;
-#[cfg(feature = "postgres")]
-pub use declare::PgStepFuture;
 pub use declare::{
     Attempt, External, Failure, Flow, Local, StepContext, StepError, StepFuture, failed_problem,
 };

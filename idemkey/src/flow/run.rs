@@ -3,6 +3,8 @@
 //! the journal, and runs the steps the outbox worker claims.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,25 +21,10 @@ use super::state::{FlowRow, FlowState, StateDocument};
 use crate::idempotency::{Done, RecordKey, StoredResponse};
 use crate::in_transaction::{self, Error, Options, Outcome};
 use crate::outbox::{Delivery, MAX_RETRY_AFTER, Settled, Worker};
-use crate::store::flow::{OPEN_WINDOW, STEP_EFFECT};
+use crate::store::backend::BoxFuture;
+use crate::store::flow::{Journal, JournalWork, OPEN_WINDOW, STEP_EFFECT};
 use crate::store::outbox::OutboxMessage;
 use crate::store::{Db, StoreError};
-
-/// `$body` with `$s` bound to the SQL store; the journal has no other.
-macro_rules! sql {
-    ($db:expr, $s:ident => $body:expr) => {
-        match $db {
-            #[cfg(feature = "postgres")]
-            Db::Postgres($s) => $body,
-            #[cfg(feature = "sqlite")]
-            Db::Sqlite($s) => $body,
-            #[allow(unreachable_patterns)]
-            _ => Err(StoreError::Unsupported(
-                "operations of several steps need a SQL store".into(),
-            )),
-        }
-    };
-}
 
 /// How executions answer and run.
 #[derive(Clone, Debug)]
@@ -118,11 +105,8 @@ impl Flows {
                 return Err(StoreError::Unsupported("two flows of one name".into()));
             }
         }
-        if db.lease_only() {
-            return Err(StoreError::Unsupported(
-                "operations of several steps need a SQL store (PostgreSQL or SQLite)".into(),
-            ));
-        }
+        // A store without a journal (Redis) refuses flows here.
+        db.journal()?;
         Ok(Self {
             db,
             flows: Arc::new(map),
@@ -227,55 +211,16 @@ impl Flows {
         // Replayed for as long as the execution runs, and the window asked
         // for from its end: a running execution is never re-executed.
         policy.replay_ttl = policy.replay_ttl.saturating_add(OPEN_WINDOW);
-        let result = match &self.db {
-            #[cfg(feature = "postgres")]
-            Db::Postgres(pg) => {
-                use crate::store::postgres::{PgJournal, run_in_transaction};
-                let mut client = pg.client().await?;
-                run_in_transaction(
-                    pg,
-                    &mut client,
-                    key,
-                    fingerprint,
-                    &policy,
-                    options.lock_timeout,
-                    |tx| {
-                        Box::pin(async move {
-                            let j = PgJournal {
-                                tx: tx.transaction(),
-                                tables: tx.tables(),
-                            };
-                            start_in(&j, &declared, row, &location).await
-                        })
-                    },
-                )
-                .await
-            }
-            #[cfg(feature = "sqlite")]
-            Db::Sqlite(db) => {
-                use crate::store::sqlite::{SqliteJournal, run_in_transaction};
-                let (key, store) = (key.clone(), db.clone());
-                db.with_conn(move |conn| {
-                    Ok(run_in_transaction(
-                        &store,
-                        conn,
-                        &key,
-                        fingerprint,
-                        &policy,
-                        |tx| {
-                            let j = SqliteJournal {
-                                conn: tx.connection(),
-                                tables: tx.tables(),
-                            };
-                            pollster::block_on(start_in(&j, &declared, row, &location))
-                        },
-                    ))
-                })
-                .await?
-            }
-            #[allow(unreachable_patterns)]
-            _ => return Err(Error::Store(StoreError::Unsupported("no SQL store".into()))),
-        };
+        let work = Box::new(Start {
+            flow: declared,
+            row,
+            location,
+        });
+        let result = self
+            .db
+            .journal()?
+            .journal_start(key, fingerprint, policy, options.lock_timeout, work)
+            .await;
         let (ran, ended) = match &result {
             Ok(crate::idempotency::Outcome::Executed {
                 value,
@@ -294,7 +239,11 @@ impl Flows {
             // Ended in its first transaction: the window counts from now. A
             // failure leaves it open (replayed longer, never re-executed).
             let (scope, op, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
-            if let Err(err) = sql!(&self.db, db => db.flow_close_window(scope, op, k, id).await) {
+            let closed = match self.db.journal() {
+                Ok(journal) => journal.flow_close_window(scope, op, k, id).await,
+                Err(err) => Err(err),
+            };
+            if let Err(err) = closed {
                 tracing::warn!(error = %err, "flow: its window stays open");
             }
         }
@@ -383,11 +332,11 @@ impl Flows {
     }
 
     async fn load(&self, scope: &str, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
-        sql!(&self.db, db => db.flow_load(scope, id).await)
+        self.db.journal()?.flow_load(scope, id).await
     }
 
     async fn find(&self, scope: &str, op: &str, key: &str) -> Result<Option<Uuid>, StoreError> {
-        sql!(&self.db, db => db.flow_find(scope, op, key).await)
+        self.db.journal()?.flow_find(scope, op, key).await
     }
 
     async fn next(
@@ -395,7 +344,7 @@ impl Flows {
         scope: &str,
         id: Uuid,
     ) -> Result<Option<super::state::NextMessage>, StoreError> {
-        sql!(&self.db, db => db.flow_next(scope, id).await)
+        self.db.journal()?.flow_next(scope, id).await
     }
 
     /// Makes execution `id`'s next step due now (a backoff is cut short;
@@ -404,7 +353,7 @@ impl Flows {
     /// so that it looks the effect up first) and wakes the worker.
     pub async fn resume(&self, scope: &str, id: Uuid) -> Result<(), StoreError> {
         let within = self.settings.revive_within;
-        sql!(&self.db, db => db.flow_resume(scope, id, within).await)?;
+        self.db.journal()?.flow_resume(scope, id, within).await?;
         self.wake.notify_one();
         Ok(())
     }
@@ -547,49 +496,13 @@ impl Flows {
         asked: StepMessage,
         outcome: Step,
     ) -> Result<Result<Recorded, StepError>, StoreError> {
-        match &self.db {
-            #[cfg(feature = "postgres")]
-            Db::Postgres(pg) => {
-                use crate::store::postgres::{PgJournal, db_error};
-                let mut client = pg.client().await?;
-                let tx = client.transaction().await.map_err(db_error)?;
-                let j = PgJournal {
-                    tx: &tx,
-                    tables: pg.tables(),
-                };
-                let result = machine::record(&j, flow, message, asked, outcome).await;
-                if matches!(result, Ok(Recorded::Moved)) {
-                    tx.commit().await.map_err(db_error)?;
-                } else {
-                    tx.rollback().await.map_err(db_error)?;
-                }
-                Ok(result)
-            }
-            #[cfg(feature = "sqlite")]
-            Db::Sqlite(db) => {
-                use crate::store::sqlite::{SqliteJournal, immediate, sqlite_error};
-                let tables = db.tables().clone();
-                let (flow, message) = (Arc::clone(flow), message.clone());
-                db.with_conn(move |conn| {
-                    let tx = immediate(conn)?;
-                    let j = SqliteJournal {
-                        conn: &tx,
-                        tables: &tables,
-                    };
-                    let result =
-                        pollster::block_on(machine::record(&j, &flow, &message, asked, outcome));
-                    if matches!(result, Ok(Recorded::Moved)) {
-                        tx.commit().map_err(sqlite_error)?;
-                    } else {
-                        tx.rollback().map_err(sqlite_error)?;
-                    }
-                    Ok(result)
-                })
-                .await
-            }
-            #[allow(unreachable_patterns)]
-            _ => Err(StoreError::Unsupported("no SQL store".into())),
-        }
+        let work = Box::new(Record {
+            flow: Arc::clone(flow),
+            message: message.clone(),
+            asked,
+            outcome,
+        });
+        self.db.journal()?.journal_record(work).await
     }
 }
 
@@ -609,7 +522,7 @@ fn again(delivery: Delivery, sent_key: Option<String>) -> Settled {
 
 /// The first request's transaction: the execution's row, its leading local
 /// steps, and the next step's message (or its final response).
-async fn start_in<J: crate::store::flow::Journal>(
+async fn start_in<J: Journal + ?Sized>(
     j: &J,
     flow: &Flow,
     mut row: FlowRow,
@@ -626,4 +539,55 @@ async fn start_in<J: crate::store::flow::Journal>(
         resource: Some(row.id.to_string()),
         value: row,
     })
+}
+
+/// The first request's work on its transaction's journal.
+struct Start {
+    flow: Arc<Flow>,
+    row: FlowRow,
+    location: String,
+}
+
+impl JournalWork<Result<Done<FlowRow>, StepError>> for Start {
+    fn on_shared<'j>(
+        self: Box<Self>,
+        j: &'j (dyn Journal + Sync + 'j),
+    ) -> BoxFuture<'j, Result<Done<FlowRow>, StepError>> {
+        Box::pin(async move { start_in(j, &self.flow, self.row, &self.location).await })
+    }
+
+    fn on_local<'j>(
+        self: Box<Self>,
+        j: &'j (dyn Journal + 'j),
+    ) -> Pin<Box<dyn Future<Output = Result<Done<FlowRow>, StepError>> + 'j>> {
+        Box::pin(async move { start_in(j, &self.flow, self.row, &self.location).await })
+    }
+}
+
+/// A claimed step's recording, on its own transaction's journal.
+struct Record {
+    flow: Arc<Flow>,
+    message: OutboxMessage,
+    asked: StepMessage,
+    outcome: Step,
+}
+
+impl JournalWork<Result<Recorded, StepError>> for Record {
+    fn on_shared<'j>(
+        self: Box<Self>,
+        j: &'j (dyn Journal + Sync + 'j),
+    ) -> BoxFuture<'j, Result<Recorded, StepError>> {
+        Box::pin(async move {
+            machine::record(j, &self.flow, &self.message, self.asked, self.outcome).await
+        })
+    }
+
+    fn on_local<'j>(
+        self: Box<Self>,
+        j: &'j (dyn Journal + 'j),
+    ) -> Pin<Box<dyn Future<Output = Result<Recorded, StepError>> + 'j>> {
+        Box::pin(async move {
+            machine::record(j, &self.flow, &self.message, self.asked, self.outcome).await
+        })
+    }
 }

@@ -4,11 +4,15 @@
 
 use std::future::Future;
 
+use idemkey_core::Fingerprint;
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::StoreError;
+use super::backend::BoxFuture;
 use super::outbox::OutboxMessage;
-use crate::idempotency::StoredResponse;
+use crate::flow::declare::{LocalFn, StepContext, StepError};
+use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
 
 /// The outbox effect that carries the steps of operations of several
 /// steps.
@@ -125,59 +129,143 @@ pub struct NextMessage {
     pub maybe_sent: bool,
 }
 
-/// The journal's statements on one open transaction.
+/// How a recording ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// Committed; the execution moved on.
+    Moved,
+    /// Another owner moved the execution on, or took the message over:
+    /// nothing was recorded.
+    Fenced,
+}
+
+/// The journal's statements on one open transaction: what a backend's
+/// journal implements (object-safe, so that the journal's transitions are
+/// written once over `dyn Journal`).
 pub(crate) trait Journal {
+    /// The backend's name ([`Backend::NAME`](crate::store::Backend::NAME)):
+    /// which of a local step's functions it runs.
+    fn backend(&self) -> &'static str;
     /// A new execution, `running` at its first step.
-    fn insert_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn insert_flow<'a>(&'a self, row: &'a FlowRow) -> BoxFuture<'a, Result<(), StoreError>>;
     /// The execution (of `scope`) and its steps, locked until the
     /// transaction ends.
-    fn lock_flow(
-        &self,
-        scope: &str,
+    fn lock_flow<'a>(
+        &'a self,
+        scope: &'a str,
         id: Uuid,
-    ) -> impl Future<Output = Result<Option<FlowRow>, StoreError>> + Send;
+    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>>;
     /// Settles `message` as delivered, if this claim still holds it: its
     /// lease token, with the lease not yet ended at the store's clock.
-    fn settle(
-        &self,
-        message: &OutboxMessage,
-        sent_key: Option<&str>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn settle<'a>(
+        &'a self,
+        message: &'a OutboxMessage,
+        sent_key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// Records a step (once: the primary key refuses a second recording).
-    fn insert_step(
-        &self,
-        row: &FlowRow,
-        step: &StepRow,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn insert_step<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        step: &'a StepRow,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
     /// Marks a done step compensated; `false` when it was not `done`.
-    fn compensated(
-        &self,
-        row: &FlowRow,
+    fn compensated<'a>(
+        &'a self,
+        row: &'a FlowRow,
         idx: i32,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
     /// Writes the execution's state, position, failure and response.
-    fn update_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn update_flow<'a>(&'a self, row: &'a FlowRow) -> BoxFuture<'a, Result<(), StoreError>>;
     /// Puts a step's message in the outbox.
-    fn enqueue(
-        &self,
-        row: &FlowRow,
-        payload: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn enqueue<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        payload: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
     /// Makes the key's record replay the final response.
-    fn finish_record(
+    fn finish_record<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        response: &'a StoredResponse,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Runs a local step's function `f` (as this backend's builder stored
+    /// it, see [`crate::flow::Local`]) on the open transaction.
+    fn run_local<'a>(
+        &'a self,
+        f: &'a LocalFn,
+        ctx: StepContext,
+    ) -> BoxFuture<'a, Result<Value, StepError>>;
+}
+
+/// Work on an open transaction's journal, handed to the backend: on a
+/// journal shared across threads (an async driver) or one that stays on
+/// its thread (a blocking one, run to completion there).
+// A build with one backend calls one of the two.
+#[allow(dead_code)]
+pub(crate) trait JournalWork<T>: Send {
+    /// On a journal that futures may hold across threads.
+    fn on_shared<'j>(self: Box<Self>, j: &'j (dyn Journal + Sync + 'j)) -> BoxFuture<'j, T>;
+    /// On a journal that stays on its thread.
+    fn on_local<'j>(
+        self: Box<Self>,
+        j: &'j (dyn Journal + 'j),
+    ) -> std::pin::Pin<Box<dyn Future<Output = T> + 'j>>;
+}
+
+/// A store's step journal: the capability [`Backend::journal`](crate::store::Backend::journal)
+/// answers, all that `Flows` needs of a store.
+pub(crate) trait JournalStore: Send + Sync {
+    /// Execution `id` of `scope` and its steps.
+    fn flow_load<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>>;
+    /// The execution of a key tuple.
+    fn flow_find<'a>(
+        &'a self,
+        scope: &'a str,
+        operation: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Uuid>, StoreError>>;
+    /// The pending message of execution `id`.
+    fn flow_next<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<Option<NextMessage>, StoreError>>;
+    /// Makes execution `id`'s next step due now (reviving a dead one
+    /// younger than `within`).
+    fn flow_resume<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+        within: std::time::Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Starts the replay window of an execution that ended in its first
+    /// transaction.
+    fn flow_close_window<'a>(
+        &'a self,
+        scope: &'a str,
+        operation: &'a str,
+        key: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// The first request: the engine in one new transaction (the key's
+    /// claim, `work` on the journal, the stored response), committed only
+    /// when its response is stored.
+    fn journal_start<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        fingerprint: Fingerprint,
+        policy: Policy,
+        lock_timeout: Option<std::time::Duration>,
+        work: Box<dyn JournalWork<Result<Done<FlowRow>, StepError>>>,
+    ) -> BoxFuture<'a, Result<Outcome<FlowRow>, idempotency::Error<StepError>>>;
+    /// `work` in a transaction of its own, committed only when the
+    /// execution moved ([`Recorded::Moved`]).
+    fn journal_record(
         &self,
-        row: &FlowRow,
-        response: &StoredResponse,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// The open PostgreSQL transaction, for a local step's function.
-    #[cfg(feature = "postgres")]
-    fn postgres(&self) -> Option<&tokio_postgres::Transaction<'_>> {
-        None
-    }
-    /// The SQLite connection inside its open transaction, for a local
-    /// step's function.
-    #[cfg(feature = "sqlite")]
-    fn sqlite(&self) -> Option<&rusqlite::Connection> {
-        None
-    }
+        work: Box<dyn JournalWork<Result<Recorded, StepError>>>,
+    ) -> BoxFuture<'_, Result<Result<Recorded, StepError>, StoreError>>;
 }

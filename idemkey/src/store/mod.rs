@@ -5,6 +5,7 @@
 //! of the tables the library owns ([`migrations`]), behind one [`Db`] enum
 //! opened from a URL. Nothing outside this module matches on the backend.
 
+pub(crate) mod backend;
 mod db;
 #[cfg(all(feature = "flow", any(feature = "postgres", feature = "sqlite")))]
 pub mod flow;
@@ -29,6 +30,9 @@ pub mod sqlx_postgres;
 
 pub use crate::duration::{from_system_time, millis, to_system_time};
 pub use crate::error::StoreError;
+#[cfg(feature = "outbox")]
+pub use backend::OutboxStore;
+pub use backend::{Backend, BoxFuture, Opener};
 pub use db::{DEFAULT_DATABASE_URL, Db};
 pub use pool::PoolStatus;
 #[cfg(feature = "postgres")]

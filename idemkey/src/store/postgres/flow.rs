@@ -5,14 +5,26 @@
 //! transaction pooler. The execution's row is locked (`FOR UPDATE`) for the
 //! whole recording transaction, so two owners never record one step.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use idemkey_core::Fingerprint;
+use serde_json::Value;
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 use uuid::Uuid;
 
 use super::db::PgDb;
 use super::error::db_error;
-use crate::idempotency::StoredResponse;
-use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, StepRow};
+use super::transaction::run_in_transaction;
+use crate::flow::declare::{Local, LocalFn, StepContext, StepError};
+use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
+use crate::store::backend::BoxFuture;
+use crate::store::flow::{
+    FlowRow, FlowState, Journal, JournalStore, JournalWork, NextMessage, Recorded, STEP_EFFECT,
+    StepRow,
+};
 use crate::store::outbox::OutboxMessage;
 use crate::store::{StoreError, Tables};
 
@@ -206,154 +218,198 @@ async fn load(
 }
 
 impl Journal for PgJournal<'_, '_> {
-    async fn insert_flow(&self, row: &FlowRow) -> Result<(), StoreError> {
-        self.tx
-            .execute_typed(
-                &self.tables.render_static(INSERT_FLOW),
-                &[
-                    (&row.id, Type::UUID),
-                    (&row.scope, Type::TEXT),
-                    (&row.operation, Type::TEXT),
-                    (&row.key, Type::TEXT),
-                    (&row.flow, Type::TEXT),
-                    (&row.state.as_str(), Type::TEXT),
-                    (&row.position, Type::INT4),
-                    (&row.input, Type::TEXT),
-                ],
-            )
-            .await
-            .map(drop)
-            .map_err(db_error)
+    fn backend(&self) -> &'static str {
+        PgDb::NAME
     }
 
-    async fn lock_flow(&self, scope: &str, id: Uuid) -> Result<Option<FlowRow>, StoreError> {
-        load(self.tx, self.tables, scope, id, true).await
+    fn insert_flow<'a>(&'a self, row: &'a FlowRow) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.tx
+                .execute_typed(
+                    &self.tables.render_static(INSERT_FLOW),
+                    &[
+                        (&row.id, Type::UUID),
+                        (&row.scope, Type::TEXT),
+                        (&row.operation, Type::TEXT),
+                        (&row.key, Type::TEXT),
+                        (&row.flow, Type::TEXT),
+                        (&row.state.as_str(), Type::TEXT),
+                        (&row.position, Type::INT4),
+                        (&row.input, Type::TEXT),
+                    ],
+                )
+                .await
+                .map(drop)
+                .map_err(db_error)
+        })
     }
 
-    async fn settle(
-        &self,
-        message: &OutboxMessage,
-        sent_key: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        let n = self
-            .tx
-            .execute_typed(
-                &self.tables.render_static(SETTLE),
-                &[
-                    (&message.id, Type::INT8),
-                    (&message.lease, Type::UUID),
-                    (&sent_key, Type::TEXT),
-                    (&message.scope, Type::TEXT),
-                ],
-            )
-            .await
-            .map_err(db_error)?;
-        Ok(n == 1)
+    fn lock_flow<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
+        Box::pin(async move { load(self.tx, self.tables, scope, id, true).await })
     }
 
-    async fn insert_step(&self, row: &FlowRow, step: &StepRow) -> Result<(), StoreError> {
-        self.tx
-            .execute_typed(
-                &self.tables.render_static(INSERT_STEP),
-                &[
-                    (&row.id, Type::UUID),
-                    (&step.idx, Type::INT4),
-                    (&step.name, Type::TEXT),
-                    (&step.state, Type::TEXT),
-                    (&step.output, Type::TEXT),
-                    (&step.attempts, Type::INT4),
-                    (&step.downstream_key, Type::TEXT),
-                    (&row.scope, Type::TEXT),
-                ],
-            )
-            .await
-            .map(drop)
-            .map_err(db_error)
+    fn settle<'a>(
+        &'a self,
+        message: &'a OutboxMessage,
+        sent_key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let n = self
+                .tx
+                .execute_typed(
+                    &self.tables.render_static(SETTLE),
+                    &[
+                        (&message.id, Type::INT8),
+                        (&message.lease, Type::UUID),
+                        (&sent_key, Type::TEXT),
+                        (&message.scope, Type::TEXT),
+                    ],
+                )
+                .await
+                .map_err(db_error)?;
+            Ok(n == 1)
+        })
     }
 
-    async fn compensated(&self, row: &FlowRow, idx: i32) -> Result<bool, StoreError> {
-        let n = self
-            .tx
-            .execute_typed(
-                &self.tables.render_static(COMPENSATED),
-                &[
-                    (&row.id, Type::UUID),
-                    (&idx, Type::INT4),
-                    (&row.scope, Type::TEXT),
-                ],
-            )
-            .await
-            .map_err(db_error)?;
-        Ok(n == 1)
+    fn insert_step<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        step: &'a StepRow,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.tx
+                .execute_typed(
+                    &self.tables.render_static(INSERT_STEP),
+                    &[
+                        (&row.id, Type::UUID),
+                        (&step.idx, Type::INT4),
+                        (&step.name, Type::TEXT),
+                        (&step.state, Type::TEXT),
+                        (&step.output, Type::TEXT),
+                        (&step.attempts, Type::INT4),
+                        (&step.downstream_key, Type::TEXT),
+                        (&row.scope, Type::TEXT),
+                    ],
+                )
+                .await
+                .map(drop)
+                .map_err(db_error)
+        })
     }
 
-    async fn update_flow(&self, row: &FlowRow) -> Result<(), StoreError> {
-        let status = row.response.as_ref().map(|r| i32::from(r.status));
-        let headers = row.response.as_ref().map(StoredResponse::headers_json);
-        let body = row.response.as_ref().and_then(|r| r.body.as_deref());
-        self.tx
-            .execute_typed(
-                &self.tables.render_static(UPDATE_FLOW),
-                &[
-                    (&row.id, Type::UUID),
-                    (&row.state.as_str(), Type::TEXT),
-                    (&row.position, Type::INT4),
-                    (&row.failed_step, Type::TEXT),
-                    (&row.error, Type::TEXT),
-                    (&status, Type::INT4),
-                    (&headers, Type::TEXT),
-                    (&body, Type::BYTEA),
-                    (&row.scope, Type::TEXT),
-                ],
-            )
-            .await
-            .map(drop)
-            .map_err(db_error)
+    fn compensated<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        idx: i32,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let n = self
+                .tx
+                .execute_typed(
+                    &self.tables.render_static(COMPENSATED),
+                    &[
+                        (&row.id, Type::UUID),
+                        (&idx, Type::INT4),
+                        (&row.scope, Type::TEXT),
+                    ],
+                )
+                .await
+                .map_err(db_error)?;
+            Ok(n == 1)
+        })
     }
 
-    async fn enqueue(&self, row: &FlowRow, payload: &str) -> Result<(), StoreError> {
-        self.tx
-            .execute_typed(
-                &self.tables.render_static(ENQUEUE),
-                &[
-                    (&row.scope, Type::TEXT),
-                    (&row.operation, Type::TEXT),
-                    (&row.key, Type::TEXT),
-                    (&STEP_EFFECT, Type::TEXT),
-                    (&row.id.to_string(), Type::TEXT),
-                    (&payload, Type::TEXT),
-                ],
-            )
-            .await
-            .map(drop)
-            .map_err(db_error)
+    fn update_flow<'a>(&'a self, row: &'a FlowRow) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let status = row.response.as_ref().map(|r| i32::from(r.status));
+            let headers = row.response.as_ref().map(StoredResponse::headers_json);
+            let body = row.response.as_ref().and_then(|r| r.body.as_deref());
+            self.tx
+                .execute_typed(
+                    &self.tables.render_static(UPDATE_FLOW),
+                    &[
+                        (&row.id, Type::UUID),
+                        (&row.state.as_str(), Type::TEXT),
+                        (&row.position, Type::INT4),
+                        (&row.failed_step, Type::TEXT),
+                        (&row.error, Type::TEXT),
+                        (&status, Type::INT4),
+                        (&headers, Type::TEXT),
+                        (&body, Type::BYTEA),
+                        (&row.scope, Type::TEXT),
+                    ],
+                )
+                .await
+                .map(drop)
+                .map_err(db_error)
+        })
     }
 
-    async fn finish_record(
-        &self,
-        row: &FlowRow,
-        response: &StoredResponse,
-    ) -> Result<(), StoreError> {
-        self.tx
-            .execute_typed(
-                &self.tables.render_static(FINISH_RECORD),
-                &[
-                    (&row.scope, Type::TEXT),
-                    (&row.operation, Type::TEXT),
-                    (&row.key, Type::TEXT),
-                    (&i32::from(response.status), Type::INT4),
-                    (&response.headers_json(), Type::TEXT),
-                    (&response.body.as_deref(), Type::BYTEA),
-                    (&row.id.to_string(), Type::TEXT),
-                ],
-            )
-            .await
-            .map(drop)
-            .map_err(db_error)
+    fn enqueue<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        payload: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.tx
+                .execute_typed(
+                    &self.tables.render_static(ENQUEUE),
+                    &[
+                        (&row.scope, Type::TEXT),
+                        (&row.operation, Type::TEXT),
+                        (&row.key, Type::TEXT),
+                        (&STEP_EFFECT, Type::TEXT),
+                        (&row.id.to_string(), Type::TEXT),
+                        (&payload, Type::TEXT),
+                    ],
+                )
+                .await
+                .map(drop)
+                .map_err(db_error)
+        })
     }
 
-    fn postgres(&self) -> Option<&tokio_postgres::Transaction<'_>> {
-        Some(self.tx)
+    fn finish_record<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        response: &'a StoredResponse,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.tx
+                .execute_typed(
+                    &self.tables.render_static(FINISH_RECORD),
+                    &[
+                        (&row.scope, Type::TEXT),
+                        (&row.operation, Type::TEXT),
+                        (&row.key, Type::TEXT),
+                        (&i32::from(response.status), Type::INT4),
+                        (&response.headers_json(), Type::TEXT),
+                        (&response.body.as_deref(), Type::BYTEA),
+                        (&row.id.to_string(), Type::TEXT),
+                    ],
+                )
+                .await
+                .map(drop)
+                .map_err(db_error)
+        })
+    }
+
+    fn run_local<'a>(
+        &'a self,
+        f: &'a LocalFn,
+        ctx: StepContext,
+    ) -> BoxFuture<'a, Result<Value, StepError>> {
+        match f.downcast_ref::<PgLocalFn>() {
+            Some(f) => f(self.tx, ctx),
+            None => Box::pin(std::future::ready(Err(StepError::Refused(format!(
+                "step {} has no PostgreSQL function",
+                ctx.step
+            ))))),
+        }
     }
 }
 
@@ -458,5 +514,145 @@ impl PgDb {
             )
             .await
             .map_err(db_error)
+    }
+}
+
+/// The future a PostgreSQL local step returns: boxed, so that it may borrow
+/// the transaction.
+pub type PgStepFuture<'t> = Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send + 't>>;
+
+/// A PostgreSQL local step's function, as [`Local::postgres`] stores it.
+type PgLocalFn =
+    Arc<dyn for<'t, 'c> Fn(&'t Transaction<'c>, StepContext) -> PgStepFuture<'t> + Send + Sync>;
+
+impl Local {
+    /// Its PostgreSQL function, run in the open transaction.
+    #[must_use]
+    pub fn postgres<F>(self, f: F) -> Self
+    where
+        F: for<'t, 'c> Fn(&'t Transaction<'c>, StepContext) -> PgStepFuture<'t>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f: PgLocalFn = Arc::new(f);
+        self.on(PgDb::NAME, Arc::new(f))
+    }
+
+    /// Its compensation on PostgreSQL.
+    #[must_use]
+    pub fn postgres_undo<F>(self, f: F) -> Self
+    where
+        F: for<'t, 'c> Fn(&'t Transaction<'c>, StepContext) -> PgStepFuture<'t>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f: PgLocalFn = Arc::new(f);
+        self.undo_on(PgDb::NAME, Arc::new(f))
+    }
+}
+
+use crate::store::Backend as _;
+
+impl JournalStore for PgDb {
+    fn flow_load<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
+        Box::pin(PgDb::flow_load(self, scope, id))
+    }
+
+    fn flow_find<'a>(
+        &'a self,
+        scope: &'a str,
+        operation: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Uuid>, StoreError>> {
+        Box::pin(PgDb::flow_find(self, scope, operation, key))
+    }
+
+    fn flow_next<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<Option<NextMessage>, StoreError>> {
+        Box::pin(PgDb::flow_next(self, scope, id))
+    }
+
+    fn flow_resume<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+        within: std::time::Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { PgDb::flow_resume(self, scope, id, within).await.map(drop) })
+    }
+
+    fn flow_close_window<'a>(
+        &'a self,
+        scope: &'a str,
+        operation: &'a str,
+        key: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            PgDb::flow_close_window(self, scope, operation, key, id)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn journal_start<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        fingerprint: Fingerprint,
+        policy: Policy,
+        lock_timeout: Option<std::time::Duration>,
+        work: Box<dyn JournalWork<Result<Done<FlowRow>, StepError>>>,
+    ) -> BoxFuture<'a, Result<Outcome<FlowRow>, idempotency::Error<StepError>>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            run_in_transaction(
+                self,
+                &mut client,
+                key,
+                fingerprint,
+                &policy,
+                lock_timeout,
+                |tx| {
+                    Box::pin(async move {
+                        let j = PgJournal {
+                            tx: tx.transaction(),
+                            tables: tx.tables(),
+                        };
+                        work.on_shared(&j).await
+                    })
+                },
+            )
+            .await
+        })
+    }
+
+    fn journal_record(
+        &self,
+        work: Box<dyn JournalWork<Result<Recorded, StepError>>>,
+    ) -> BoxFuture<'_, Result<Result<Recorded, StepError>, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(db_error)?;
+            let j = PgJournal {
+                tx: &tx,
+                tables: self.tables(),
+            };
+            let result = work.on_shared(&j).await;
+            if matches!(result, Ok(Recorded::Moved)) {
+                tx.commit().await.map_err(db_error)?;
+            } else {
+                tx.rollback().await.map_err(db_error)?;
+            }
+            Ok(result)
+        })
     }
 }

@@ -14,6 +14,7 @@
 //! uses the store's [`Tables`](crate::store::Tables): no function here picks
 //! the default names on its own.
 
+mod backend;
 mod conninfo;
 mod db;
 mod error;
@@ -28,11 +29,11 @@ mod statements;
 mod tls;
 mod transaction;
 
-pub(crate) use conninfo::is_key_value;
+pub(crate) use backend::OPENER;
 pub use db::PgDb;
 pub use error::db_error;
 #[cfg(feature = "flow")]
-pub(crate) use flow::PgJournal;
+pub use flow::PgStepFuture;
 pub use records::{PgRecords, read_from_row};
 pub use send::{Param, execute_in, query_in};
 pub use transaction::{PgEffect, PgTx, run_in_transaction, set_lock_timeout};

@@ -46,7 +46,10 @@ use sha2::{Digest, Sha256};
 use super::{PoolStatus, StoreError};
 use crate::idempotency::RecordKey;
 
+mod backend;
 mod records;
+
+pub(crate) use backend::OPENER;
 
 /// Settings of a [`RedisDb`].
 #[derive(Clone, Debug)]

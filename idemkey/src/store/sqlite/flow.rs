@@ -3,15 +3,26 @@
 //! file's write lock, so two owners never record one step), and the reads
 //! a state document needs. Blocking: the futures are ready when returned.
 
-use std::future::{Future, ready};
+use std::future::ready;
+use std::sync::Arc;
+
+use idemkey_core::Fingerprint;
+use serde_json::Value;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
+use super::connection::immediate;
 use super::connection::sqlite_error;
 use super::db::SqliteDb;
-use crate::idempotency::StoredResponse;
-use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, StepRow};
+use super::transaction::run_in_transaction;
+use crate::flow::declare::{Local, LocalFn, StepContext, StepError};
+use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
+use crate::store::backend::BoxFuture;
+use crate::store::flow::{
+    FlowRow, FlowState, Journal, JournalStore, JournalWork, NextMessage, Recorded, STEP_EFFECT,
+    StepRow,
+};
 use crate::store::outbox::OutboxMessage;
 use crate::store::{StoreError, Tables};
 
@@ -204,8 +215,12 @@ impl SqliteJournal<'_> {
 }
 
 impl Journal for SqliteJournal<'_> {
-    fn insert_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send {
-        ready(
+    fn backend(&self) -> &'static str {
+        SqliteDb::NAME
+    }
+
+    fn insert_flow<'a>(&'a self, row: &'a FlowRow) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ready(
             self.conn
                 .prepare_cached(&self.tables.render_static(INSERT_FLOW))
                 .and_then(|mut stmt| {
@@ -222,23 +237,23 @@ impl Journal for SqliteJournal<'_> {
                 })
                 .map(drop)
                 .map_err(sqlite_error),
-        )
+        ))
     }
 
-    fn lock_flow(
-        &self,
-        scope: &str,
+    fn lock_flow<'a>(
+        &'a self,
+        scope: &'a str,
         id: Uuid,
-    ) -> impl Future<Output = Result<Option<FlowRow>, StoreError>> + Send {
-        ready(load(self.conn, self.tables, scope, id))
+    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
+        Box::pin(ready(load(self.conn, self.tables, scope, id)))
     }
 
-    fn settle(
-        &self,
-        message: &OutboxMessage,
-        sent_key: Option<&str>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        ready(
+    fn settle<'a>(
+        &'a self,
+        message: &'a OutboxMessage,
+        sent_key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(ready(
             self.conn
                 .prepare_cached(&self.tables.render_static(SETTLE))
                 .and_then(|mut stmt| {
@@ -246,15 +261,15 @@ impl Journal for SqliteJournal<'_> {
                 })
                 .map(|n| n == 1)
                 .map_err(sqlite_error),
-        )
+        ))
     }
 
-    fn insert_step(
-        &self,
-        row: &FlowRow,
-        step: &StepRow,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        ready(
+    fn insert_step<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        step: &'a StepRow,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ready(
             self.conn
                 .prepare_cached(&self.tables.render_static(INSERT_STEP))
                 .and_then(|mut stmt| {
@@ -271,25 +286,25 @@ impl Journal for SqliteJournal<'_> {
                 })
                 .map(drop)
                 .map_err(sqlite_error),
-        )
+        ))
     }
 
-    fn compensated(
-        &self,
-        row: &FlowRow,
+    fn compensated<'a>(
+        &'a self,
+        row: &'a FlowRow,
         idx: i32,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        ready(
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(ready(
             self.exec(COMPENSATED, params![row.id.to_string(), idx, row.scope])
                 .map(|n| n == 1),
-        )
+        ))
     }
 
-    fn update_flow(&self, row: &FlowRow) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn update_flow<'a>(&'a self, row: &'a FlowRow) -> BoxFuture<'a, Result<(), StoreError>> {
         let status = row.response.as_ref().map(|r| i64::from(r.status));
         let headers = row.response.as_ref().map(StoredResponse::headers_json);
         let body = row.response.as_ref().and_then(|r| r.body.as_deref());
-        ready(
+        Box::pin(ready(
             self.exec(
                 UPDATE_FLOW,
                 params![
@@ -305,15 +320,15 @@ impl Journal for SqliteJournal<'_> {
                 ],
             )
             .map(drop),
-        )
+        ))
     }
 
-    fn enqueue(
-        &self,
-        row: &FlowRow,
-        payload: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        ready(
+    fn enqueue<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        payload: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ready(
             self.conn
                 .prepare_cached(&self.tables.render_static(ENQUEUE))
                 .and_then(|mut stmt| {
@@ -329,15 +344,15 @@ impl Journal for SqliteJournal<'_> {
                 })
                 .map(drop)
                 .map_err(sqlite_error),
-        )
+        ))
     }
 
-    fn finish_record(
-        &self,
-        row: &FlowRow,
-        response: &StoredResponse,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        ready(
+    fn finish_record<'a>(
+        &'a self,
+        row: &'a FlowRow,
+        response: &'a StoredResponse,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(ready(
             self.exec(
                 FINISH_RECORD,
                 params![
@@ -351,11 +366,22 @@ impl Journal for SqliteJournal<'_> {
                 ],
             )
             .map(drop),
-        )
+        ))
     }
 
-    fn sqlite(&self) -> Option<&rusqlite::Connection> {
-        Some(self.conn)
+    fn run_local<'a>(
+        &'a self,
+        f: &'a LocalFn,
+        ctx: StepContext,
+    ) -> BoxFuture<'a, Result<Value, StepError>> {
+        // Run now, on the store's thread: the future holds only its result.
+        Box::pin(ready(match f.downcast_ref::<SqliteLocalFn>() {
+            Some(f) => f(self.conn, ctx),
+            None => Err(StepError::Refused(format!(
+                "step {} has no SQLite function",
+                ctx.step
+            ))),
+        }))
     }
 }
 
@@ -453,5 +479,145 @@ impl SqliteDb {
                 .map_err(sqlite_error)
         })
         .await
+    }
+}
+
+/// A SQLite local step's function, as [`Local::sqlite`] stores it.
+type SqliteLocalFn =
+    Arc<dyn Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError> + Send + Sync>;
+
+impl Local {
+    /// Its SQLite function, run in the open transaction (blocking, on the
+    /// store's thread).
+    #[must_use]
+    pub fn sqlite<F>(self, f: F) -> Self
+    where
+        F: Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f: SqliteLocalFn = Arc::new(f);
+        self.on(SqliteDb::NAME, Arc::new(f))
+    }
+
+    /// Its compensation on SQLite.
+    #[must_use]
+    pub fn sqlite_undo<F>(self, f: F) -> Self
+    where
+        F: Fn(&rusqlite::Connection, StepContext) -> Result<Value, StepError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f: SqliteLocalFn = Arc::new(f);
+        self.undo_on(SqliteDb::NAME, Arc::new(f))
+    }
+}
+
+use crate::store::Backend as _;
+
+impl JournalStore for SqliteDb {
+    fn flow_load<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
+        Box::pin(SqliteDb::flow_load(self, scope, id))
+    }
+
+    fn flow_find<'a>(
+        &'a self,
+        scope: &'a str,
+        operation: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Uuid>, StoreError>> {
+        Box::pin(SqliteDb::flow_find(self, scope, operation, key))
+    }
+
+    fn flow_next<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<Option<NextMessage>, StoreError>> {
+        Box::pin(SqliteDb::flow_next(self, scope, id))
+    }
+
+    fn flow_resume<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+        within: std::time::Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            SqliteDb::flow_resume(self, scope, id, within)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn flow_close_window<'a>(
+        &'a self,
+        scope: &'a str,
+        operation: &'a str,
+        key: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            SqliteDb::flow_close_window(self, scope, operation, key, id)
+                .await
+                .map(drop)
+        })
+    }
+
+    fn journal_start<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        fingerprint: Fingerprint,
+        policy: Policy,
+        _lock_timeout: Option<std::time::Duration>,
+        work: Box<dyn JournalWork<Result<Done<FlowRow>, StepError>>>,
+    ) -> BoxFuture<'a, Result<Outcome<FlowRow>, idempotency::Error<StepError>>> {
+        let (key, store) = (key.clone(), self.clone());
+        Box::pin(async move {
+            self.with_conn(move |conn| {
+                Ok(run_in_transaction(
+                    &store,
+                    conn,
+                    &key,
+                    fingerprint,
+                    &policy,
+                    |tx| {
+                        let j = SqliteJournal {
+                            conn: tx.connection(),
+                            tables: tx.tables(),
+                        };
+                        pollster::block_on(work.on_local(&j))
+                    },
+                ))
+            })
+            .await?
+        })
+    }
+
+    fn journal_record(
+        &self,
+        work: Box<dyn JournalWork<Result<Recorded, StepError>>>,
+    ) -> BoxFuture<'_, Result<Result<Recorded, StepError>, StoreError>> {
+        let tables = self.tables().clone();
+        Box::pin(self.with_conn(move |conn| {
+            let tx = immediate(conn)?;
+            let j = SqliteJournal {
+                conn: &tx,
+                tables: &tables,
+            };
+            let result = pollster::block_on(work.on_local(&j));
+            if matches!(result, Ok(Recorded::Moved)) {
+                tx.commit().map_err(sqlite_error)?;
+            } else {
+                tx.rollback().map_err(sqlite_error)?;
+            }
+            Ok(result)
+        }))
     }
 }

@@ -23,6 +23,7 @@
 //! [`StoreError::Unavailable`](crate::StoreError::Unavailable) (503) before anything was written. The
 //! server's `--max-in-flight` bounds the threads that wait.
 
+mod backend;
 mod connection;
 mod db;
 #[cfg(feature = "flow")]
@@ -37,10 +38,9 @@ mod records;
 mod statements;
 mod transaction;
 
+pub(crate) use backend::OPENER;
 pub use connection::{DEFAULT_WAIT, immediate, sqlite_error};
 pub use db::SqliteDb;
-#[cfg(feature = "flow")]
-pub(crate) use flow::SqliteJournal;
 pub use readers::{DEFAULT_READERS, MAX_READERS};
 pub use records::{SqliteRecords, read_from_row};
 pub use transaction::{SqliteTx, run_in_savepoint, run_in_transaction};

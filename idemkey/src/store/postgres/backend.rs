@@ -1,0 +1,130 @@
+//! PostgreSQL behind the store's seam: its [`Backend`] lifecycle, its
+//! outbox and step journal as capabilities, and the line that registers it
+//! with [`Db`](crate::store::Db).
+
+use super::db::PgDb;
+use crate::error::StoreError;
+use crate::store::backend::{Backend, BoxFuture, Opener};
+use crate::store::migrations::Migration;
+use crate::store::pool::PoolStatus;
+use crate::store::{Db, StoreSettings};
+
+/// How [`Db`] recognises and opens a PostgreSQL URL (`postgres://`,
+/// `postgresql://`, or libpq's `host=... dbname=...` form).
+pub(crate) const OPENER: Opener = Opener {
+    name: PgDb::NAME,
+    accepts,
+    connect,
+};
+
+fn accepts(url: &str) -> bool {
+    url.starts_with("postgres://")
+        || url.starts_with("postgresql://")
+        || (!url.contains("://") && super::conninfo::is_key_value(url))
+}
+
+fn connect<'a>(url: &'a str, settings: &'a StoreSettings) -> BoxFuture<'a, Result<Db, StoreError>> {
+    Box::pin(async move { Ok(Db::new(PgDb::connect(url, settings).await?)) })
+}
+
+impl Backend for PgDb {
+    const NAME: &'static str = "postgres";
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        PgDb::migrate(self).await
+    }
+
+    fn library_migrations(&self) -> Vec<Migration> {
+        PgDb::library_migrations()
+    }
+
+    async fn migrate_with(&self, list: &[Migration]) -> Result<(), StoreError> {
+        PgDb::migrate_with(self, list).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        PgDb::ping(self).await
+    }
+
+    async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
+        PgDb::pending_migrations(self).await
+    }
+
+    fn pool_status(&self) -> PoolStatus {
+        PgDb::pool_status(self)
+    }
+
+    fn close(&self) {
+        PgDb::close(self);
+    }
+
+    #[cfg(feature = "outbox")]
+    fn outbox(&self) -> Option<&dyn crate::store::backend::OutboxStore> {
+        Some(self)
+    }
+
+    #[cfg(feature = "flow")]
+    #[allow(private_interfaces)]
+    fn journal(&self) -> Option<&dyn crate::store::flow::JournalStore> {
+        Some(self)
+    }
+}
+
+#[cfg(feature = "outbox")]
+mod outbox {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::backend::OutboxStore;
+    use crate::store::outbox::{
+        OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
+    };
+
+    impl OutboxStore for PgDb {
+        fn claim_outbox<'a>(
+            &'a self,
+            effects: &'a [String],
+            limit: u32,
+            lease_for: Duration,
+        ) -> BoxFuture<'a, Result<Vec<OutboxMessage>, StoreError>> {
+            Box::pin(PgDb::claim_outbox(self, effects, limit, lease_for))
+        }
+
+        fn settle_outbox<'a>(
+            &'a self,
+            message: &'a OutboxMessage,
+            sent_key: Option<&'a str>,
+            settlement: &'a Settlement,
+        ) -> BoxFuture<'a, Result<bool, StoreError>> {
+            Box::pin(PgDb::settle_outbox(self, message, sent_key, settlement))
+        }
+
+        fn settle_outbox_batch<'a>(
+            &'a self,
+            outcomes: &'a [OutboxOutcome],
+        ) -> BoxFuture<'a, Result<Vec<bool>, StoreError>> {
+            Box::pin(PgDb::settle_outbox_batch(self, outcomes))
+        }
+
+        fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
+            Box::pin(PgDb::outbox_stats(self))
+        }
+
+        fn outbox_list<'a>(
+            &'a self,
+            status: Option<&'a str>,
+            limit: u32,
+        ) -> BoxFuture<'a, Result<Vec<OutboxEntry>, StoreError>> {
+            Box::pin(PgDb::outbox_list(self, status, limit))
+        }
+
+        fn outbox_retry(
+            &self,
+            id: Option<i64>,
+            retention: Duration,
+            force: bool,
+        ) -> BoxFuture<'_, Result<Requeued, StoreError>> {
+            Box::pin(PgDb::outbox_retry(self, id, retention, force))
+        }
+    }
+}
