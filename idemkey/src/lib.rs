@@ -32,7 +32,10 @@
 
 pub mod duration;
 pub mod error;
-#[cfg(all(feature = "flow", any(feature = "postgres", feature = "sqlite")))]
+#[cfg(all(
+    feature = "flow",
+    any(feature = "postgres", feature = "sqlite", feature = "sqlx-postgres")
+))]
 pub mod flow;
 pub mod idempotency;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "sqlx-postgres"))]

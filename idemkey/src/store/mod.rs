@@ -7,7 +7,10 @@
 
 pub(crate) mod backend;
 mod db;
-#[cfg(all(feature = "flow", any(feature = "postgres", feature = "sqlite")))]
+#[cfg(all(
+    feature = "flow",
+    any(feature = "postgres", feature = "sqlite", feature = "sqlx-postgres")
+))]
 pub mod flow;
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub mod migrations;

@@ -10,15 +10,21 @@
 //! database's clock. How a statement is sent follows the store's
 //! [`PgPooler`](crate::store::PgPooler) (see [`send`]).
 
+mod backend;
 mod db;
 mod error;
+#[cfg(feature = "flow")]
+mod flow;
 #[cfg(feature = "outbox")]
 mod outbox;
 mod records;
 mod send;
 mod transaction;
 
+pub(crate) use backend::OPENER;
 pub use db::SqlxPgDb;
 pub use error::sqlx_error;
+#[cfg(feature = "flow")]
+pub use flow::SqlxStepFuture;
 pub use records::SqlxPgRecords;
 pub use transaction::{SqlxEffect, SqlxTx, sqlx_in_transaction};

@@ -351,7 +351,12 @@ impl Records for SqlxPgDb {
 
     async fn trim(&self, retention: Duration, batch: u32) -> Result<TrimReport, StoreError> {
         let mut s = self.session().await?;
-        let report = self.on().trim(s.conn(), retention, batch).await?;
+        #[allow(unused_mut)]
+        let mut report = self.on().trim(s.conn(), retention, batch).await?;
+        #[cfg(feature = "flow")]
+        {
+            report.deleted += super::flow::trim(self, s.conn(), retention, batch).await?;
+        }
         s.finish().await?;
         Ok(report)
     }

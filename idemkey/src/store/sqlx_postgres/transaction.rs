@@ -22,7 +22,7 @@ use super::error::sqlx_error;
 use super::records::SqlxPgRecords;
 use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
 use crate::in_transaction::{self as front, Options};
-use crate::store::{StoreError, Tables};
+use crate::store::Tables;
 
 /// The future an effect returns: boxed, so that it may borrow the
 /// transaction.
@@ -52,6 +52,12 @@ impl<'t> SqlxTx<'t, '_> {
         self.db.tables()
     }
 
+    /// The store this transaction writes for.
+    #[cfg_attr(not(feature = "flow"), allow(dead_code))]
+    pub(super) fn db(&self) -> &'t SqlxPgDb {
+        self.db
+    }
+
     /// Whether your statements may be named and cached (`false` behind a
     /// transaction pooler: send them with `.persistent(false)`).
     pub fn persistent(&self) -> bool {
@@ -67,7 +73,7 @@ impl<'t> SqlxTx<'t, '_> {
         effect: &str,
         resource: Option<&str>,
         payload: &str,
-    ) -> Result<i64, StoreError> {
+    ) -> Result<i64, crate::store::StoreError> {
         let db = self.db;
         db.enqueue_on(&mut self.conn, key, effect, resource, payload)
             .await
