@@ -67,7 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::temp_dir().join(format!("idemkey-flow-{}.db", std::process::id()));
     let url = format!("sqlite://{}", path.display());
     let db = Db::open(&url, &StoreSettings::default()).await?;
-    if let Db::Sqlite(lite) = &db {
+    if let Some(lite) = db.backend_as::<idemkey::store::SqliteDb>() {
         let ddl = "CREATE TABLE stock (sku TEXT, n INT); INSERT INTO stock VALUES ('tea', 5)";
         lite.with_conn(move |c| Ok(c.execute_batch(ddl))).await??;
     }

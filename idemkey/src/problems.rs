@@ -5,7 +5,9 @@
 //! [`Problem::headers`]: the server writes no problem text of its own, and
 //! no SQL, stack trace or internal message ever reaches a client.
 
-use axum::body::Body;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -54,9 +56,50 @@ pub fn body_timeout_response() -> Response {
     response
 }
 
+/// Why a request body could not be read.
+#[derive(Debug)]
+pub enum BodyError {
+    /// It did not arrive within the read deadline: answer
+    /// [`body_timeout_response`] (the connection is closed).
+    TimedOut,
+    /// Over the limit (413), or the client stopped sending half-way (400).
+    Rejected(Problem),
+}
+
+impl IntoResponse for BodyError {
+    fn into_response(self) -> Response {
+        match self {
+            Self::TimedOut => body_timeout_response(),
+            Self::Rejected(problem) => problem_response(&problem),
+        }
+    }
+}
+
+/// Reads a request body of at most `max` bytes within `within`: the one
+/// body read of the Layer and of a route that reads its own body, so both
+/// answer an oversized body 413 and a late one with
+/// [`body_timeout_response`].
+pub async fn read_body(body: Body, max: usize, within: Duration) -> Result<Bytes, BodyError> {
+    let Ok(read) = tokio::time::timeout(within, axum::body::to_bytes(body, max)).await else {
+        warn!("the request body did not arrive in time; closing the connection");
+        return Err(BodyError::TimedOut);
+    };
+    match read {
+        Ok(bytes) => Ok(bytes),
+        Err(err) if is_length_limit(&err) => {
+            Err(BodyError::Rejected(Problem::payload_too_large(max)))
+        }
+        // The client stopped sending half-way; nobody may read this answer.
+        Err(_) => Err(BodyError::Rejected(Problem::new(
+            idemkey_core::ProblemCode::RequestInvalid,
+            "The request body could not be read.",
+        ))),
+    }
+}
+
 /// Whether a body read failed on its length limit (413), rather than on
 /// the connection (400).
-pub fn is_length_limit(err: &axum::Error) -> bool {
+fn is_length_limit(err: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = source {
         if e.is::<http_body_util::LengthLimitError>() {

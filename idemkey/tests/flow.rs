@@ -304,8 +304,11 @@ async fn env(backend: &str) -> Env {
 }
 
 async fn create_stock(db: &Db) {
-    match db {
-        Db::Postgres(pg) => {
+    match (
+        db.backend_as::<idemkey::store::PgDb>(),
+        db.backend_as::<idemkey::store::SqliteDb>(),
+    ) {
+        (Some(pg), _) => {
             let client = pg.client().await.expect("client");
             client
                 .batch_execute(
@@ -315,7 +318,7 @@ async fn create_stock(db: &Db) {
                 .await
                 .expect("stock");
         }
-        Db::Sqlite(lite) => {
+        (_, Some(lite)) => {
             lite.with_conn(|conn| {
                 conn.execute_batch(
                     "CREATE TABLE stock (sku TEXT PRIMARY KEY, available INTEGER NOT NULL);
@@ -332,8 +335,11 @@ async fn create_stock(db: &Db) {
 
 async fn stock(db: &Db, sku: &str) -> i64 {
     let sku = sku.to_owned();
-    match db {
-        Db::Postgres(pg) => {
+    match (
+        db.backend_as::<idemkey::store::PgDb>(),
+        db.backend_as::<idemkey::store::SqliteDb>(),
+    ) {
+        (Some(pg), _) => {
             let client = pg.client().await.expect("client");
             let n: i32 = client
                 .query_one("SELECT available FROM stock WHERE sku = $1", &[&sku])
@@ -342,7 +348,7 @@ async fn stock(db: &Db, sku: &str) -> i64 {
                 .get(0);
             i64::from(n)
         }
-        Db::Sqlite(lite) => lite
+        (_, Some(lite)) => lite
             .with_conn(move |conn| {
                 conn.query_row("SELECT available FROM stock WHERE sku = ?1", [sku], |r| {
                     r.get(0)
@@ -791,8 +797,11 @@ async fn an_earlier_versions_running_flow_gets_its_window_from_its_end(backend: 
 }
 
 async fn exec(db: &Db, sql: &'static str) {
-    match db {
-        Db::Postgres(pg) => {
+    match (
+        db.backend_as::<idemkey::store::PgDb>(),
+        db.backend_as::<idemkey::store::SqliteDb>(),
+    ) {
+        (Some(pg), _) => {
             pg.client()
                 .await
                 .expect("client")
@@ -800,7 +809,7 @@ async fn exec(db: &Db, sql: &'static str) {
                 .await
                 .expect("sql");
         }
-        Db::Sqlite(lite) => lite
+        (_, Some(lite)) => lite
             .with_conn(move |conn| {
                 conn.execute_batch(sql)
                     .map_err(idemkey::store::sqlite::sqlite_error)

@@ -939,9 +939,13 @@ async fn replay_on(store: &Store, bounds: &Bounds, walks: &[Walk]) -> Vec<String
                 slot.insert(open(&target, retention).await);
             }
             let db = &dbs[&unit];
-            let connections = match (store.drive, db) {
-                (Drive::InTransaction, Db::Postgres(pg)) => Connections::Postgres(pg.clone()),
-                (Drive::InTransaction, Db::Sqlite(lite)) => Connections::Sqlite(
+            let connections = match (
+                store.drive,
+                db.backend_as::<idemkey::store::PgDb>(),
+                db.backend_as::<idemkey::store::SqliteDb>(),
+            ) {
+                (Drive::InTransaction, Some(pg), _) => Connections::Postgres(pg.clone()),
+                (Drive::InTransaction, _, Some(lite)) => Connections::Sqlite(
                     lite.clone(),
                     target
                         .url
@@ -949,8 +953,8 @@ async fn replay_on(store: &Store, bounds: &Bounds, walks: &[Walk]) -> Vec<String
                         .expect("a SQLite URL")
                         .into(),
                 ),
-                (Drive::InTransaction, _) => unreachable!("in_transaction needs a SQL store"),
-                (Drive::Records, _) => Connections::None,
+                (Drive::InTransaction, ..) => unreachable!("in_transaction needs a SQL store"),
+                (Drive::Records, ..) => Connections::None,
             };
             match replay_once(db, store, &connections, bounds, walk, unit).await {
                 Ok(()) => break,

@@ -363,8 +363,11 @@ fn settings() -> FlowSettings {
 // backends run (`$n` becomes `?n` on SQLite, `{now}` the store's clock).
 
 async fn sql_rows(db: &Db, sql: &str, params: &[String]) -> Vec<Vec<Option<String>>> {
-    match db {
-        Db::Postgres(pg) => {
+    match (
+        db.backend_as::<idemkey::store::PgDb>(),
+        db.backend_as::<idemkey::store::SqliteDb>(),
+    ) {
+        (Some(pg), _) => {
             let sql = sql.replace("{now}", "statement_timestamp()");
             let client = pg.client().await.expect("a connection");
             let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
@@ -376,7 +379,7 @@ async fn sql_rows(db: &Db, sql: &str, params: &[String]) -> Vec<Vec<Option<Strin
                 .map(|r| (0..r.len()).map(|i| r.get(i)).collect())
                 .collect()
         }
-        Db::Sqlite(lite) => {
+        (_, Some(lite)) => {
             let sql = sqlite_sql(sql);
             let params = params.to_vec();
             lite.with_conn(move |conn| {
@@ -398,8 +401,11 @@ async fn sql_rows(db: &Db, sql: &str, params: &[String]) -> Vec<Vec<Option<Strin
 }
 
 async fn sql_exec(db: &Db, sql: &str, params: &[String]) -> u64 {
-    match db {
-        Db::Postgres(pg) => {
+    match (
+        db.backend_as::<idemkey::store::PgDb>(),
+        db.backend_as::<idemkey::store::SqliteDb>(),
+    ) {
+        (Some(pg), _) => {
             let sql = sql.replace("{now}", "statement_timestamp()");
             let client = pg.client().await.expect("a connection");
             let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
@@ -408,7 +414,7 @@ async fn sql_exec(db: &Db, sql: &str, params: &[String]) -> u64 {
                 .collect();
             client.execute(&sql, &params).await.expect(&sql)
         }
-        Db::Sqlite(lite) => {
+        (_, Some(lite)) => {
             let sql = sqlite_sql(sql);
             let params = params.to_vec();
             lite.with_conn(move |conn| {

@@ -271,8 +271,11 @@ fn count(cell: &Cell, sql: &str) -> i64 {
 }
 
 async fn create_stock(db: &Db) {
-    match db {
-        Db::Postgres(pg) => {
+    match (
+        db.backend_as::<idemkey::store::PgDb>(),
+        db.backend_as::<idemkey::store::SqliteDb>(),
+    ) {
+        (Some(pg), _) => {
             let client = pg.client().await.expect("client");
             client
                 .batch_execute(
@@ -282,7 +285,7 @@ async fn create_stock(db: &Db) {
                 .await
                 .expect("stock");
         }
-        Db::Sqlite(lite) => {
+        (_, Some(lite)) => {
             lite.with_conn(|conn| {
                 conn.execute_batch(
                     "CREATE TABLE IF NOT EXISTS matrix_stock (sku TEXT PRIMARY KEY, available INTEGER NOT NULL);
@@ -308,8 +311,11 @@ async fn in_transaction_enqueue(
     let options = Options::new(Duration::from_secs(3600));
     let response = StoredResponse::new(201, "{}");
     let key2 = key.clone();
-    match db {
-        Db::Postgres(pg) => pg_in_transaction(pg, key, fingerprint("{}"), &options, move |tx| {
+    match (
+        db.backend_as::<idemkey::store::PgDb>(),
+        db.backend_as::<idemkey::store::SqliteDb>(),
+    ) {
+        (Some(pg), _) => pg_in_transaction(pg, key, fingerprint("{}"), &options, move |tx| {
             Box::pin(async move {
                 tx.enqueue(&key2, MAIL, None, payload).await?;
                 Ok::<_, idemkey::store::StoreError>(response)
@@ -317,7 +323,7 @@ async fn in_transaction_enqueue(
         })
         .await
         .map_err(|e| e.to_string()),
-        Db::Sqlite(lite) => sqlite_in_transaction_async(
+        (_, Some(lite)) => sqlite_in_transaction_async(
             lite,
             lite.connection(),
             key.clone(),

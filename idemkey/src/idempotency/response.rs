@@ -59,11 +59,6 @@ impl StoredResponse {
         serde_json::to_string(&self.headers).unwrap_or_else(|_| "[]".to_owned())
     }
 
-    /// Reads headers stored by [`StoredResponse::headers_json`].
-    pub fn headers_from_json(json: &str) -> Vec<(String, String)> {
-        serde_json::from_str(json).unwrap_or_default()
-    }
-
     /// The HTTP response; a replay carries `Idempotent-Replayed: true`. A
     /// response stored without its body has none.
     pub fn to_response(&self, replayed: bool) -> Response {
@@ -90,15 +85,6 @@ impl StoredResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn headers_round_trip_through_json() {
-        let r = StoredResponse::new(201, "{}").with_header("location", "/orders/x");
-        assert_eq!(
-            StoredResponse::headers_from_json(&r.headers_json()),
-            r.headers
-        );
-    }
 
     #[test]
     fn temporary_statuses_are_not_final() {

@@ -6,11 +6,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::body::{Body, Bytes, to_bytes};
+use axum::body::{Body, Bytes};
 use axum::http::header::CONTENT_LENGTH;
 use axum::http::{HeaderValue, Request};
 use axum::response::{IntoResponse as _, Response};
-use idemkey_core::{IdempotencyKey, KEY_HEADER, Problem, ProblemCode, check_body_len};
+use idemkey_core::{IdempotencyKey, KEY_HEADER, Problem, check_body_len};
 use tower::Service;
 use tracing::{info, warn};
 
@@ -122,26 +122,9 @@ async fn prepare(
     if let Some(Err(too_large)) = declared.map(|n| check_body_len(n, config.max_request_body)) {
         return Err(invalid(&too_large));
     }
-    let read = to_bytes(body, config.max_request_body);
-    let Ok(read) = tokio::time::timeout(config.body_read_timeout, read).await else {
-        warn!("the request body did not arrive in time; closing the connection");
-        return Err(("invalid", crate::problems::body_timeout_response()));
-    };
-    let bytes = match read {
-        Ok(bytes) => bytes,
-        Err(err) if crate::problems::is_length_limit(&err) => {
-            return Err(invalid(&Problem::payload_too_large(
-                config.max_request_body,
-            )));
-        }
-        // The client stopped sending half-way; nobody may read this answer.
-        Err(_) => {
-            return Err(invalid(&Problem::new(
-                ProblemCode::RequestInvalid,
-                "The request body could not be read.",
-            )));
-        }
-    };
+    let bytes = crate::problems::read_body(body, config.max_request_body, config.body_read_timeout)
+        .await
+        .map_err(|err| ("invalid", err.into_response()))?;
     let fingerprint = (config.fingerprint)(&config.operation, &parts, &bytes)
         .map_err(|rejected| invalid(&rejected))?;
     let key = RecordKey {

@@ -20,6 +20,7 @@ mod pool;
 mod settings;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod statements;
+mod stored;
 pub mod tables;
 
 #[cfg(feature = "postgres")]
@@ -45,6 +46,7 @@ pub use redis::{RedisDb, RedisSettings};
 pub use settings::{DEFAULT_SQLITE_READERS, PgPooler, StoreSettings};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteDb;
+pub use stored::decode_response;
 pub use tables::Tables;
 
 /// The settings of [`Db::open`] (named for the backend that has most).

@@ -116,18 +116,20 @@ impl Db {
         let mut all = store.library_migrations();
         all.extend(migrations(store.backend()));
         store.migrate_with(&all).await?;
-        match store {
-            idemkey::Db::Postgres(db) => Ok(Self::Postgres(db)),
-            idemkey::Db::Sqlite(db) => Ok(Self::Sqlite(db)),
-            _ => Err(StoreError::Unsupported(CHARGES_NEED_SQL.into())),
+        if let Some(db) = store.backend_as::<idemkey::store::PgDb>() {
+            return Ok(Self::Postgres(db.clone()));
         }
+        if let Some(db) = store.backend_as::<idemkey::store::SqliteDb>() {
+            return Ok(Self::Sqlite(db.clone()));
+        }
+        Err(StoreError::Unsupported(CHARGES_NEED_SQL.into()))
     }
 
     /// The library's store over the same connections (for the layer).
     pub fn store(&self) -> idemkey::Db {
         match self {
-            Self::Postgres(db) => idemkey::Db::Postgres(db.clone()),
-            Self::Sqlite(db) => idemkey::Db::Sqlite(db.clone()),
+            Self::Postgres(db) => idemkey::Db::new(db.clone()),
+            Self::Sqlite(db) => idemkey::Db::new(db.clone()),
         }
     }
 

@@ -16,17 +16,26 @@ impl Db {
         name: &str,
         token: TokenHash,
     ) -> Result<AccountId, StoreError> {
-        crate::each_backend!(self, db => db.create_account(name, token).await)
+        match self {
+            Self::Postgres(db) => db.create_account(name, token).await,
+            Self::Sqlite(db) => db.create_account(name, token).await,
+        }
     }
 
     /// Every account, oldest first.
     pub async fn list_accounts(&self) -> Result<Vec<AccountSummary>, StoreError> {
-        crate::each_backend!(self, db => db.accounts(None).await)
+        match self {
+            Self::Postgres(db) => db.accounts(None).await,
+            Self::Sqlite(db) => db.accounts(None).await,
+        }
     }
 
     /// The accounts whose id or name is `selector`, oldest first.
     pub async fn find_accounts(&self, selector: &str) -> Result<Vec<AccountSummary>, StoreError> {
-        crate::each_backend!(self, db => db.accounts(Some(selector)).await)
+        match self {
+            Self::Postgres(db) => db.accounts(Some(selector)).await,
+            Self::Sqlite(db) => db.accounts(Some(selector)).await,
+        }
     }
 
     /// Adds a token to an account; `None` when no account has this id.
@@ -36,18 +45,27 @@ impl Db {
         token: TokenHash,
     ) -> Result<Option<TokenId>, StoreError> {
         let id = TokenId(Uuid::new_v4());
-        let added = crate::each_backend!(self, db => db.create_token(account, id, token).await)?;
+        let added = match self {
+            Self::Postgres(db) => db.create_token(account, id, token).await,
+            Self::Sqlite(db) => db.create_token(account, id, token).await,
+        }?;
         Ok(added.then_some(id))
     }
 
     /// An account's tokens, revoked ones included, oldest first.
     pub async fn list_tokens(&self, account: AccountId) -> Result<Vec<TokenSummary>, StoreError> {
-        crate::each_backend!(self, db => db.tokens(account).await)
+        match self {
+            Self::Postgres(db) => db.tokens(account).await,
+            Self::Sqlite(db) => db.tokens(account).await,
+        }
     }
 
     /// Revokes a token: from the commit on, no statement accepts it.
     pub async fn revoke_token(&self, id: TokenId) -> Result<Revocation, StoreError> {
-        crate::each_backend!(self, db => db.revoke_token(id).await)
+        match self {
+            Self::Postgres(db) => db.revoke_token(id).await,
+            Self::Sqlite(db) => db.revoke_token(id).await,
+        }
     }
 
     /// Demo mode's start: finds each of its accounts by its slot (creating
@@ -59,7 +77,10 @@ impl Db {
         &self,
         accounts: &[DemoAccount<'_>],
     ) -> Result<(Vec<AccountId>, u64), StoreError> {
-        crate::each_backend!(self, db => db.start_demo(accounts).await)
+        match self {
+            Self::Postgres(db) => db.start_demo(accounts).await,
+            Self::Sqlite(db) => db.start_demo(accounts).await,
+        }
     }
 
     /// Sets `last_used_at` of these tokens to the database's `now` in one
@@ -68,6 +89,9 @@ impl Db {
         if tokens.is_empty() {
             return Ok(0);
         }
-        crate::each_backend!(self, db => db.mark_tokens_used(tokens).await)
+        match self {
+            Self::Postgres(db) => db.mark_tokens_used(tokens).await,
+            Self::Sqlite(db) => db.mark_tokens_used(tokens).await,
+        }
     }
 }

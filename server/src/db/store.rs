@@ -16,19 +16,6 @@ use super::order::{Order, OrderAttempt, OrderDraft, Price};
 use super::postgres::PgOrders;
 use super::sqlite::SqliteOrders;
 
-/// The one place that matches on the backend: `$body` with `$db` bound to
-/// the backend's order store.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! each_backend {
-    ($self:expr, $db:ident => $body:expr) => {
-        match $self {
-            $crate::db::Db::Postgres($db) => $body,
-            $crate::db::Db::Sqlite($db) => $body,
-        }
-    };
-}
-
 /// The database used when none is given: a file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://idemkey.db";
 
@@ -107,17 +94,18 @@ impl Db {
             application_name: "idemkey-server",
             ..settings.clone()
         };
-        let db = match idemkey::Db::connect(url, &settings).await? {
-            idemkey::Db::Postgres(db) => Self::Postgres(PgOrders::new(db)),
-            idemkey::Db::Sqlite(db) => Self::Sqlite(SqliteOrders::new(db)),
-            _ => {
-                return Err(StoreError::Unsupported(
-                    "Redis serves the idempotency layer (lease mode) only: the order service \
-                     keeps each order and its key's record in one database transaction, which \
-                     Redis cannot join; use postgres:// or sqlite://"
-                        .into(),
-                ));
-            }
+        let store = idemkey::Db::connect(url, &settings).await?;
+        let db = if let Some(db) = store.backend_as::<PgDb>() {
+            Self::Postgres(PgOrders::new(db.clone()))
+        } else if let Some(db) = store.backend_as::<SqliteDb>() {
+            Self::Sqlite(SqliteOrders::new(db.clone()))
+        } else {
+            return Err(StoreError::Unsupported(
+                "Redis serves the idempotency layer (lease mode) only: the order service \
+                 keeps each order and its key's record in one database transaction, which \
+                 Redis cannot join; use postgres:// or sqlite://"
+                    .into(),
+            ));
         };
         db.migrate().await?;
         Ok(db)
@@ -141,8 +129,8 @@ impl Db {
     /// outbox worker and maintenance).
     pub fn store(&self) -> idemkey::Db {
         match self {
-            Self::Postgres(db) => idemkey::Db::Postgres(PgDb::clone(db)),
-            Self::Sqlite(db) => idemkey::Db::Sqlite(SqliteDb::clone(db)),
+            Self::Postgres(db) => idemkey::Db::new(PgDb::clone(db)),
+            Self::Sqlite(db) => idemkey::Db::new(SqliteDb::clone(db)),
         }
     }
 
@@ -165,13 +153,19 @@ impl Db {
 
     /// Checks that the database answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        each_backend!(self, db => db.ping().await)
+        match self {
+            Self::Postgres(db) => db.ping().await,
+            Self::Sqlite(db) => db.ping().await,
+        }
     }
 
     /// This build's migrations that the database has not applied, as
     /// `component/version` (empty when it is up to date).
     pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
-        each_backend!(self, db => db.pending_migrations().await)
+        match self {
+            Self::Postgres(db) => db.pending_migrations().await,
+            Self::Sqlite(db) => db.pending_migrations().await,
+        }
     }
 
     /// `/readyz`'s question: the pending migrations, answered within
@@ -182,12 +176,18 @@ impl Db {
 
     /// The connection pool's figures.
     pub fn pool_status(&self) -> PoolStatus {
-        each_backend!(self, db => db.pool_status())
+        match self {
+            Self::Postgres(db) => db.pool_status(),
+            Self::Sqlite(db) => db.pool_status(),
+        }
     }
 
     /// Closes the pool's connections (at shutdown).
     pub fn close(&self) {
-        each_backend!(self, db => db.close())
+        match self {
+            Self::Postgres(db) => db.close(),
+            Self::Sqlite(db) => db.close(),
+        }
     }
 
     /// Creates the draft's order with its key's record in one transaction,
@@ -198,17 +198,26 @@ impl Db {
         draft: &OrderDraft,
         policy: &Policy,
     ) -> Result<Authed<OrderAttempt>, StoreError> {
-        each_backend!(self, db => db.create_order(token, draft, policy).await)
+        match self {
+            Self::Postgres(db) => db.create_order(token, draft, policy).await,
+            Self::Sqlite(db) => db.create_order(token, draft, policy).await,
+        }
     }
 
     /// The account a live token belongs to (one statement).
     pub async fn account(&self, token: TokenHash) -> Result<Authed<super::AccountId>, StoreError> {
-        each_backend!(self, db => db.account(token).await)
+        match self {
+            Self::Postgres(db) => db.account(token).await,
+            Self::Sqlite(db) => db.account(token).await,
+        }
     }
 
     /// The catalogue: every sku with its price.
     pub async fn products(&self) -> Result<Vec<(String, Price)>, StoreError> {
-        each_backend!(self, db => db.products().await)
+        match self {
+            Self::Postgres(db) => db.products().await,
+            Self::Sqlite(db) => db.products().await,
+        }
     }
 
     /// The caller's order with this id, if it is theirs.
@@ -217,7 +226,10 @@ impl Db {
         token: TokenHash,
         id: Uuid,
     ) -> Result<Authed<Option<Order>>, StoreError> {
-        each_backend!(self, db => db.order(token, id).await)
+        match self {
+            Self::Postgres(db) => db.order(token, id).await,
+            Self::Sqlite(db) => db.order(token, id).await,
+        }
     }
 
     /// The caller's newest orders, newest first, at most `limit`.
@@ -226,7 +238,10 @@ impl Db {
         token: TokenHash,
         limit: u32,
     ) -> Result<Authed<Vec<Order>>, StoreError> {
-        each_backend!(self, db => db.recent_orders(token, limit).await)
+        match self {
+            Self::Postgres(db) => db.recent_orders(token, limit).await,
+            Self::Sqlite(db) => db.recent_orders(token, limit).await,
+        }
     }
 
     /// What the caller's account holds for `(operation, key)`, with the
@@ -237,6 +252,9 @@ impl Db {
         operation: &OperationId,
         key: &IdempotencyKey,
     ) -> Result<Authed<Read>, StoreError> {
-        each_backend!(self, db => db.lookup(token, operation, key).await)
+        match self {
+            Self::Postgres(db) => db.lookup(token, operation, key).await,
+            Self::Sqlite(db) => db.lookup(token, operation, key).await,
+        }
     }
 }

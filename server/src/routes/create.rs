@@ -2,20 +2,18 @@
 //! in the core's order (authorization, key, content type, declared length),
 //! the bearer token hashed, and the body read within its limit and time.
 
-use axum::body::{Bytes, to_bytes};
+use axum::body::Bytes;
 use axum::extract::Request;
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::request::Parts;
 use axum::response::Response;
-use idemkey_core::{
-    HeadRules, IdempotencyKey, Problem, ProblemCode, RequestHead, check_body_len, check_head,
-};
-use tracing::warn;
+use idemkey_core::{HeadRules, IdempotencyKey, Problem, RequestHead, check_head};
 
 use crate::AppState;
 use crate::auth::hash_token;
 use crate::db::TokenHash;
-use idemkey::problems::{ApiError, body_timeout_response};
+use axum::response::IntoResponse as _;
+use idemkey::problems::{ApiError, BodyError, read_body};
 
 /// A create request that passed the head checks, its body read.
 pub(super) struct Checked {
@@ -79,26 +77,16 @@ pub(super) async fn read(
         .ok_or_else(Problem::unauthorized)?;
     let key = checked.key;
 
-    let read = to_bytes(body, max_body + 1);
-    let Ok(read) = tokio::time::timeout(settings.body_read_timeout, read).await else {
-        warn!("the request body did not arrive in time; closing the connection");
-        return Ok(Read::Answered("invalid", body_timeout_response()));
-    };
-    let bytes = match read {
+    let bytes = match read_body(body, max_body, settings.body_read_timeout).await {
         Ok(bytes) => bytes,
-        Err(err) if idemkey::problems::is_length_limit(&err) => {
-            return Err(Problem::payload_too_large(max_body).into());
+        Err(BodyError::TimedOut) => {
+            return Ok(Read::Answered(
+                "invalid",
+                BodyError::TimedOut.into_response(),
+            ));
         }
-        // The client stopped sending half-way; nobody may read this answer.
-        Err(_) => {
-            return Err(Problem::new(
-                ProblemCode::RequestInvalid,
-                "The request body could not be read.",
-            )
-            .into());
-        }
+        Err(BodyError::Rejected(problem)) => return Err(problem.into()),
     };
-    check_body_len(bytes.len() as u64, max_body)?;
     Ok(Read::Ready(Checked {
         token,
         key,

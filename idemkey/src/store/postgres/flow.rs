@@ -26,7 +26,7 @@ use crate::store::flow::{
     StepRow,
 };
 use crate::store::outbox::OutboxMessage;
-use crate::store::{StoreError, Tables};
+use crate::store::{StoreError, Tables, decode_response};
 
 /// An execution's row, by scope and id (locked, the second, for a
 /// recording transaction).
@@ -147,18 +147,9 @@ pub(crate) struct PgJournal<'a, 'c> {
 fn flow_from_row(row: &Row) -> Result<FlowRow, StoreError> {
     let state: String = row.try_get("state").map_err(db_error)?;
     let status: Option<i32> = row.try_get("response_status").map_err(db_error)?;
-    let response = match status {
-        Some(status) => {
-            let headers: Option<String> = row.try_get("response_headers").map_err(db_error)?;
-            let body: Option<Vec<u8>> = row.try_get("response_body").map_err(db_error)?;
-            Some(StoredResponse {
-                status: u16::try_from(status).unwrap_or(500),
-                headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
-                body: body.map(Into::into),
-            })
-        }
-        None => None,
-    };
+    let headers: Option<String> = row.try_get("response_headers").map_err(db_error)?;
+    let body: Option<Vec<u8>> = row.try_get("response_body").map_err(db_error)?;
+    let response = decode_response(status.map(i64::from), headers.as_deref(), body)?;
     Ok(FlowRow {
         id: row.try_get("id").map_err(db_error)?,
         scope: row.try_get("scope").map_err(db_error)?,

@@ -20,7 +20,7 @@ use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, millis};
+use crate::store::{StoreError, decode_response, millis};
 
 /// A script from `lua/`, after the shared clock prelude (`lua/clock.lua`).
 macro_rules! script {
@@ -172,14 +172,18 @@ fn read_from_reply(reply: &[Vec<u8>]) -> Result<Read, StoreError> {
         .ok_or_else(|| malformed("claim"))?;
     let state = text("status").ok_or_else(|| malformed("status"))?;
     let (lease_until, replay_until) = (time("lease_until"), time("replay_until"));
-    let response = match text("rs") {
-        Some(status) => Some(StoredResponse {
-            status: status.parse().map_err(|_| malformed("response status"))?,
-            headers: StoredResponse::headers_from_json(text("rh").unwrap_or("[]")),
-            body: field("rb").map(|b| b.to_vec().into()),
-        }),
-        None => None,
-    };
+    let status = field("rs")
+        .map(|s| {
+            std::str::from_utf8(s)
+                .ok()
+                .and_then(|t| t.parse::<i64>().ok())
+                .ok_or_else(|| malformed("response status"))
+        })
+        .transpose()?;
+    let headers = field("rh")
+        .map(|h| std::str::from_utf8(h).map_err(|_| malformed("response headers")))
+        .transpose()?;
+    let response = decode_response(status, headers, field("rb").map(<[u8]>::to_vec))?;
     Ok(Read {
         now,
         record: Some(Record {

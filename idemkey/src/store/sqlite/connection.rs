@@ -93,6 +93,12 @@ pub(super) fn open_connection(path: &Path, wait: Duration) -> Result<Connection,
 /// Maps an SQLite error by its code, never by message text: a lock held
 /// past the busy timeout is overload (503), like every other failure.
 pub fn sqlite_error(err: rusqlite::Error) -> StoreError {
+    // A row a reader found malformed (see `corrupt_in_row`) stays corrupt.
+    if let rusqlite::Error::FromSqlConversionFailure(_, _, inner) = &err
+        && let Some(StoreError::Corrupt(what)) = inner.downcast_ref::<StoreError>()
+    {
+        return StoreError::Corrupt(what.clone());
+    }
     let code = err.sqlite_error_code();
     if is_busy(&err) {
         warn!("SQLite write lock wait timed out");
@@ -104,6 +110,12 @@ pub fn sqlite_error(err: rusqlite::Error) -> StoreError {
         Some(ErrorCode::DatabaseCorrupt) => StoreError::Corrupt(err.to_string()),
         _ => StoreError::Unavailable(format!("sqlite: {code:?}")),
     }
+}
+
+/// A store error raised inside a row's mapping, carried through rusqlite's
+/// error so that [`sqlite_error`] gives it back unchanged.
+pub(crate) fn corrupt_in_row(err: StoreError) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Null, Box::new(err))
 }
 
 #[cfg(test)]

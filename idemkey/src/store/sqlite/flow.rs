@@ -12,8 +12,7 @@ use serde_json::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
-use super::connection::immediate;
-use super::connection::sqlite_error;
+use super::connection::{corrupt_in_row, immediate, sqlite_error};
 use super::db::SqliteDb;
 use super::transaction::run_in_transaction;
 use crate::flow::declare::{Local, LocalFn, StepContext, StepError};
@@ -24,7 +23,7 @@ use crate::store::flow::{
     StepRow,
 };
 use crate::store::outbox::OutboxMessage;
-use crate::store::{StoreError, Tables};
+use crate::store::{StoreError, Tables, decode_response};
 
 const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, \
      position, input, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
@@ -133,18 +132,9 @@ fn flow_from_row(row: &Row<'_>) -> rusqlite::Result<(FlowRow, String)> {
     let id: String = row.get(0)?;
     let state: String = row.get(5)?;
     let status: Option<i64> = row.get(10)?;
-    let response = match status {
-        Some(status) => {
-            let headers: Option<String> = row.get(11)?;
-            let body: Option<Vec<u8>> = row.get(12)?;
-            Some(StoredResponse {
-                status: u16::try_from(status).unwrap_or(500),
-                headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
-                body: body.map(Into::into),
-            })
-        }
-        None => None,
-    };
+    let headers: Option<String> = row.get(11)?;
+    let body: Option<Vec<u8>> = row.get(12)?;
+    let response = decode_response(status, headers.as_deref(), body).map_err(corrupt_in_row)?;
     Ok((
         FlowRow {
             id: Uuid::try_parse(&id).unwrap_or_default(),

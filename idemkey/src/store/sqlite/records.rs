@@ -10,14 +10,14 @@ use idemkey_core::{Fingerprint, UnixMillis};
 use rusqlite::{Connection, Row, params};
 use uuid::Uuid;
 
-use super::connection::{immediate, sqlite_error};
+use super::connection::{corrupt_in_row, immediate, sqlite_error};
 use super::db::SqliteDb;
 use super::statements::Statements;
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, millis};
+use crate::store::{StoreError, decode_response, millis};
 
 /// The records of one connection or open transaction. Its calls are
 /// blocking: use it on a blocking thread.
@@ -339,14 +339,7 @@ pub fn read_from_row(row: &Row<'_>) -> rusqlite::Result<Read> {
         rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => Some(t.to_vec()),
         _ => return Err(malformed()),
     };
-    let response = match status {
-        Some(status) => Some(StoredResponse {
-            status: u16::try_from(status).map_err(|_| malformed())?,
-            headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
-            body: body.map(Into::into),
-        }),
-        None => None,
-    };
+    let response = decode_response(status, headers.as_deref(), body).map_err(corrupt_in_row)?;
     Ok(Read {
         now,
         record: Some(Record {
@@ -423,5 +416,48 @@ mod tests {
             assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
             assert!(stmt.get_status(StatementStatus::Run) >= 20, "{sql}");
         }
+    }
+
+    /// A completed record whose stored headers are not the JSON the store
+    /// wrote is corrupt: read back, it is an error, never a replay with no
+    /// headers.
+    #[test]
+    fn malformed_stored_headers_are_corrupt() {
+        let mut conn = super::super::connection::open_connection(
+            Path::new(":memory:"),
+            super::super::connection::DEFAULT_WAIT,
+        )
+        .expect("open");
+        let tables = crate::store::Tables::default();
+        super::super::migrate::migrate_in(
+            &mut conn,
+            &tables,
+            &super::super::SqliteDb::library_migrations(),
+        )
+        .expect("migrate");
+        let records = SqliteRecords {
+            conn: &conn,
+            sql: Arc::new(Statements::new(&tables)),
+        };
+        let key = RecordKey {
+            scope: Scope::new("tenant-a").expect("a scope"),
+            operation: ORDER_OPERATION,
+            key: IdempotencyKey::parse(b"\"k-2\"", KeyProfile::Strict).expect("a key"),
+        };
+        let claim = NewClaim {
+            token: ClaimToken(Uuid::from_u128(2)),
+            fingerprint: Fingerprint::from_bytes([7; 32]),
+            lease: Duration::from_secs(60),
+            replay_ttl: Duration::from_secs(3600),
+        };
+        assert!(matches!(records.claim_now(&key, &claim), Ok(Claimed::Won)));
+        conn.execute_batch(
+            "UPDATE idempotency_records SET status = 'completed', response_status = 201, \
+             response_headers = '{not json', lease_until = NULL, \
+             replay_until = unixepoch() * 1000 + 3600000",
+        )
+        .expect("corrupt the headers");
+        let read = records.claim_now(&key, &claim);
+        assert!(matches!(read, Err(StoreError::Corrupt(_))), "{read:?}");
     }
 }

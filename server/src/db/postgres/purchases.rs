@@ -1,7 +1,8 @@
 //! A purchase's local step on PostgreSQL: reserve the stock (and price the
 //! purchase) in the journal's transaction, or release it.
 
-use idemkey::flow::{PgStepFuture, StepContext, StepError};
+use idemkey::flow::{StepContext, StepError};
+use idemkey::store::postgres::PgStepFuture;
 use idemkey::store::postgres::{execute_in, query_in};
 use serde_json::json;
 use tokio_postgres::Transaction;
