@@ -30,7 +30,7 @@ use crate::store::flow::{
     StepRow,
 };
 use crate::store::outbox::OutboxMessage;
-use crate::store::{StoreError, millis};
+use crate::store::{StoreError, decode_response, millis};
 
 const LOAD: &str = "SELECT id, scope, operation, key, flow, state, position, input, failed_step, \
      error, response_status, response_headers, response_body FROM idemkey_flows \
@@ -163,19 +163,9 @@ pub(super) async fn trim(
 fn flow_from_row(row: &PgRow) -> Result<FlowRow, StoreError> {
     let state: String = row.try_get("state").map_err(sqlx_error)?;
     let status: Option<i32> = row.try_get("response_status").map_err(sqlx_error)?;
-    let response = match status {
-        Some(status) => {
-            let headers: Option<String> = row.try_get("response_headers").map_err(sqlx_error)?;
-            let body: Option<Vec<u8>> = row.try_get("response_body").map_err(sqlx_error)?;
-            Some(StoredResponse {
-                status: u16::try_from(status)
-                    .map_err(|_| StoreError::Corrupt("flow response status".into()))?,
-                headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
-                body: body.map(Into::into),
-            })
-        }
-        None => None,
-    };
+    let headers: Option<String> = row.try_get("response_headers").map_err(sqlx_error)?;
+    let body: Option<Vec<u8>> = row.try_get("response_body").map_err(sqlx_error)?;
+    let response = decode_response(status.map(i64::from), headers.as_deref(), body)?;
     Ok(FlowRow {
         id: row.try_get("id").map_err(sqlx_error)?,
         scope: row.try_get("scope").map_err(sqlx_error)?,

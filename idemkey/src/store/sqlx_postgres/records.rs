@@ -20,7 +20,7 @@ use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, millis};
+use crate::store::{StoreError, decode_response, millis};
 
 /// The statements of one store and how to send them.
 #[derive(Clone, Copy)]
@@ -186,14 +186,7 @@ fn read_from_row(row: &PgRow) -> Result<Read, StoreError> {
         .try_get("response_headers")
         .map_err(|_| bad("headers"))?;
     let body: Option<Vec<u8>> = row.try_get("response_body").map_err(|_| bad("body"))?;
-    let response = match status {
-        Some(status) => Some(StoredResponse {
-            status: u16::try_from(status).map_err(|_| bad("response status"))?,
-            headers: StoredResponse::headers_from_json(headers.as_deref().unwrap_or("[]")),
-            body: body.map(Into::into),
-        }),
-        None => None,
-    };
+    let response = decode_response(status.map(i64::from), headers.as_deref(), body)?;
     Ok(Read {
         now,
         record: Some(Record {
