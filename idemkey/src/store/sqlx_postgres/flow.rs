@@ -99,13 +99,6 @@ const RESUME: &str = "UPDATE outbox SET available_at = statement_timestamp(), \
        AND ((status = 'pending' AND available_at > statement_timestamp()) \
          OR (status = 'dead' \
              AND created_at > statement_timestamp() - $3::int8 * interval '1 millisecond'))";
-const TRIM: &str = "DELETE FROM idemkey_flows WHERE (scope, id) IN (
-        SELECT scope, id FROM idemkey_flows
-        WHERE state IN ('done', 'failed')
-          AND updated_at < statement_timestamp() - $1::int8 * interval '1 millisecond'
-        LIMIT $2::int8
-        FOR UPDATE SKIP LOCKED)";
-
 /// The future a local step on sqlx returns: boxed, so that it may borrow
 /// the connection.
 pub type SqlxStepFuture<'t> = Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send + 't>>;
@@ -141,23 +134,6 @@ impl Local {
         let f: SqlxLocalFn = Arc::new(f);
         self.undo_on(SqlxPgDb::NAME, Arc::new(f))
     }
-}
-
-/// Deletes up to `batch` executions that ended longer than `retention`
-/// ago (their steps with them), at the database's clock; how many.
-pub(super) async fn trim(
-    db: &SqlxPgDb,
-    conn: &mut PgConnection,
-    retention: std::time::Duration,
-    batch: u32,
-) -> Result<u64, StoreError> {
-    query(&rendered(db.tables(), TRIM), db.persistent())
-        .bind(millis(retention))
-        .bind(i64::from(batch))
-        .execute(conn)
-        .await
-        .map(|done| done.rows_affected())
-        .map_err(sqlx_error)
 }
 
 fn flow_from_row(row: &PgRow) -> Result<FlowRow, StoreError> {

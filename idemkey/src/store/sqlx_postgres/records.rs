@@ -16,6 +16,8 @@ use uuid::Uuid;
 use super::db::{SqlxPgDb, Statements};
 use super::error::sqlx_error;
 use super::send::query;
+#[cfg(feature = "flow")]
+use super::send::rendered;
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
@@ -348,9 +350,38 @@ impl Records for SqlxPgDb {
         let mut report = self.on().trim(s.conn(), retention, batch).await?;
         #[cfg(feature = "flow")]
         {
-            report.deleted += super::flow::trim(self, s.conn(), retention, batch).await?;
+            report.deleted += trim_flows(self, s.conn(), retention, batch).await?;
         }
         s.finish().await?;
         Ok(report)
     }
+}
+
+/// The executions of the step journal that ended longer than `$1` ms ago,
+/// up to `$2` of them (their steps with them).
+#[cfg(feature = "flow")]
+const TRIM: &str = "DELETE FROM idemkey_flows WHERE (scope, id) IN (
+        SELECT scope, id FROM idemkey_flows
+        WHERE state IN ('done', 'failed')
+          AND updated_at < statement_timestamp() - $1::int8 * interval '1 millisecond'
+        LIMIT $2::int8
+        FOR UPDATE SKIP LOCKED)";
+
+/// The step journal's part of a trim: deletes up to `batch` executions
+/// that ended longer than `retention` ago (their steps with them), at the
+/// database's clock; how many.
+#[cfg(feature = "flow")]
+async fn trim_flows(
+    db: &SqlxPgDb,
+    conn: &mut PgConnection,
+    retention: std::time::Duration,
+    batch: u32,
+) -> Result<u64, StoreError> {
+    query(&rendered(db.tables(), TRIM), db.persistent())
+        .bind(millis(retention))
+        .bind(i64::from(batch))
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(sqlx_error)
 }
