@@ -24,21 +24,12 @@
 //! `outbox` and the step journal with those features), optionally under a prefix
 //! ([`store::Tables`]); see [`store::migrations`].
 #![cfg_attr(docsrs, feature(doc_cfg))]
-// A build without any store has nothing to call its store code with.
-#![cfg_attr(
-    not(any(feature = "postgres", feature = "sqlite", feature = "redis")),
-    allow(unused_variables, dead_code)
-)]
 
 pub mod duration;
 pub mod error;
-#[cfg(all(
-    feature = "flow",
-    any(feature = "postgres", feature = "sqlite", feature = "sqlx-postgres")
-))]
+#[cfg(feature = "flow")]
 pub mod flow;
 pub mod idempotency;
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "sqlx-postgres"))]
 pub mod in_transaction;
 #[cfg(feature = "layer")]
 pub mod layer;

@@ -16,7 +16,9 @@ use idemkey::idempotency::{
 };
 use idemkey::in_transaction::{Options, Outcome};
 use idemkey::outbox::{Delivery, Worker, WorkerSettings};
-use idemkey::store::sqlx_postgres::{SqlxPgDb, sqlx_error, sqlx_in_transaction};
+use idemkey::store::sqlx_postgres::{
+    SqlxEffect, SqlxPgDb, SqlxTx, sqlx_error, sqlx_in_transaction,
+};
 use idemkey::store::{PgPooler, StoreError, StoreSettings, Tables};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy, Stored};
 use idemkey_testkit::{PgBouncer, PgBouncerOptions, PgCluster};
@@ -171,6 +173,30 @@ async fn records_protocol_on_the_pool_and_through_db() {
         Claimed::Won
     );
     assert!(through.read(&k).await.expect("read").record.is_some());
+    // The seam's generic front end, on a transaction of the pool.
+    let k = key("seam-1");
+    let options = Options::new(Duration::from_secs(3600));
+    let outcome =
+        idemkey::in_transaction::transaction(&db, &k, fingerprint("{}"), &options, seam_effect)
+            .await
+            .expect("transaction");
+    assert!(matches!(outcome, Outcome::Executed(_)), "{outcome:?}");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM payments WHERE key = 'seam-1'").await,
+        1
+    );
+}
+
+/// An effect for the seam's generic front end: a function, so that it is
+/// typed for every lifetime of the transaction.
+fn seam_effect(mut tx: SqlxTx<'_>) -> SqlxEffect<'_, StoreError> {
+    Box::pin(async move {
+        sqlx::query("INSERT INTO payments (key, cents) VALUES ('seam-1', 3)")
+            .execute(&mut *tx)
+            .await
+            .map_err(sqlx_error)?;
+        Ok(StoredResponse::new(201, "{}"))
+    })
 }
 
 /// One payment in `tx` under `k`: the effect inserts its row and enqueues

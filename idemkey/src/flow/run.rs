@@ -19,10 +19,11 @@ use super::declare::{Attempt, Flow, Kind, StepError};
 use super::machine::{self, Action, Outcome as Step, Recorded, StepMessage};
 use super::state::{FlowRow, FlowState, StateDocument};
 use crate::idempotency::{Done, RecordKey, StoredResponse};
-use crate::in_transaction::{self, Error, Options, Outcome};
+use crate::in_transaction::{Error, Options, Outcome};
 use crate::outbox::{Delivery, MAX_RETRY_AFTER, Settled, Worker};
 use crate::store::backend::BoxFuture;
 use crate::store::flow::{Journal, JournalWork, OPEN_WINDOW, STEP_EFFECT};
+use crate::store::in_transaction::finish;
 use crate::store::outbox::OutboxMessage;
 use crate::store::{Db, StoreError};
 
@@ -234,7 +235,7 @@ impl Flows {
             }) => (Some(value.id), None),
             _ => (None, None),
         };
-        let outcome = in_transaction::finish(key, options, result)?;
+        let outcome = finish(key, options, result)?;
         if let Some(id) = ended {
             // Ended in its first transaction: the window counts from now. A
             // failure leaves it open (replayed longer, never re-executed).

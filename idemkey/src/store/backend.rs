@@ -8,7 +8,7 @@
 
 use std::any::Any;
 use std::future::Future;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::StoreError;
@@ -19,9 +19,7 @@ use crate::store::migrations::Migration;
 use crate::store::pool::PoolStatus;
 use crate::store::settings::StoreSettings;
 
-/// A boxed future that may borrow for `'a`: what the type-erased store
-/// returns (one allocation per call).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use super::boxed::BoxFuture;
 
 /// A store of the library's records that [`Db`](super::Db) can hold: its
 /// lifecycle (migrations, readiness, pool figures) on top of [`Records`].
@@ -104,20 +102,14 @@ pub trait Backend: Records + Clone + std::fmt::Debug + Send + Sync + 'static {
 /// One line of [`Db`](super::Db)'s registration: how a backend recognises
 /// its URLs and opens them.
 #[derive(Clone, Copy)]
-pub struct Opener {
-    /// The backend's name.
-    pub name: &'static str,
+pub(crate) struct Opener {
     /// Whether `url` is this backend's.
-    pub accepts: fn(&str) -> bool,
+    pub(crate) accepts: fn(&str) -> bool,
     /// Connects to `url` (without migrating).
-    pub connect:
-        for<'a> fn(&'a str, &'a StoreSettings) -> BoxFuture<'a, Result<super::Db, StoreError>>,
-}
-
-impl std::fmt::Debug for Opener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Opener").field("name", &self.name).finish()
-    }
+    pub(crate) connect: for<'a> fn(
+        &'a str,
+        &'a StoreSettings,
+    ) -> BoxFuture<'a, Result<Arc<dyn DynBackend>, StoreError>>,
 }
 
 /// The outbox of a store: claims, settlements and the operator's views,
@@ -315,4 +307,42 @@ impl<B: Backend> DynBackend for B {
     fn expires_records(&self) -> bool {
         Records::expires_records(self)
     }
+}
+
+/// A store whose transactions [`in_transaction`](crate::in_transaction)
+/// joins: the capability a SQL backend adds to [`Backend`]. It runs the
+/// engine in one new transaction (claim, the caller's effect with the open
+/// transaction, the stored response) and commits only when the response is
+/// stored.
+pub trait Transactional: Backend {
+    /// The open transaction an effect receives: the driver's transaction
+    /// with the store's table names (and `enqueue` into its outbox).
+    type Tx<'t>;
+    /// What an effect answers on this backend: a boxed future on an async
+    /// driver, the value itself on a blocking one.
+    type Answer<'t, R: 't>;
+
+    /// Runs `effect` once under `key` in one transaction of this store
+    /// (`lock_timeout`: a `SET LOCAL` where the backend has one).
+    fn transaction<'a, E, F>(
+        &'a self,
+        key: &'a RecordKey,
+        fingerprint: idemkey_core::Fingerprint,
+        policy: crate::idempotency::Policy,
+        lock_timeout: Option<Duration>,
+        effect: F,
+    ) -> impl Future<Output = Result<crate::idempotency::Outcome<()>, crate::idempotency::Error<E>>>
+    + Send
+    + 'a
+    where
+        E: Send + 'static,
+        F: Effect<Self, E>;
+}
+
+/// An effect run in a transaction of `B`: each backend implements it for
+/// the closures over its own transaction (`|tx| ...`), so a closure is
+/// typed by that backend's transaction through the trait.
+pub trait Effect<B: Transactional + ?Sized, E: 'static>: Send + 'static {
+    /// Runs the effect with the open transaction.
+    fn run<'t>(self, tx: B::Tx<'t>) -> B::Answer<'t, Result<StoredResponse, E>>;
 }

@@ -72,7 +72,7 @@ impl Db {
     /// its own tables first (then calls [`Db::migrate`]).
     pub async fn connect(url: &str, settings: &StoreSettings) -> Result<Self, StoreError> {
         if let Some(opener) = OPENERS.iter().find(|o| (o.accepts)(url)) {
-            return (opener.connect)(url, settings).await;
+            return Ok(Self((opener.connect)(url, settings).await?));
         }
         if let Some((_, feature)) = KNOWN.iter().find(|(scheme, _)| url.starts_with(scheme)) {
             return Err(StoreError::Unsupported(format!(

@@ -6,12 +6,11 @@
 //! opened from a URL. Nothing outside this module matches on the backend.
 
 pub(crate) mod backend;
+mod boxed;
 mod db;
-#[cfg(all(
-    feature = "flow",
-    any(feature = "postgres", feature = "sqlite", feature = "sqlx-postgres")
-))]
+#[cfg(feature = "flow")]
 pub mod flow;
+pub(crate) mod in_transaction;
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub mod migrations;
 #[cfg(feature = "outbox")]
@@ -20,6 +19,8 @@ mod pool;
 mod settings;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod statements;
+#[cfg(feature = "flow")]
+pub(crate) mod step;
 mod stored;
 pub mod tables;
 
@@ -36,14 +37,14 @@ pub use crate::duration::{from_system_time, millis, to_system_time};
 pub use crate::error::StoreError;
 #[cfg(feature = "outbox")]
 pub use backend::OutboxStore;
-pub use backend::{Backend, BoxFuture, Opener};
+pub use backend::{Backend, BoxFuture, Effect, Transactional};
 pub use db::{DEFAULT_DATABASE_URL, Db};
 pub use pool::PoolStatus;
 #[cfg(feature = "postgres")]
 pub use postgres::PgDb;
 #[cfg(feature = "redis")]
-pub use redis::{RedisDb, RedisSettings};
-pub use settings::{DEFAULT_SQLITE_READERS, PgPooler, StoreSettings};
+pub use redis::RedisDb;
+pub use settings::{DEFAULT_SQLITE_READERS, PgPooler, RedisSettings, StoreSettings};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteDb;
 pub use stored::decode_response;

@@ -2,6 +2,7 @@
 //! what sits in front of PostgreSQL, the names of the library's tables and
 //! the Redis store's settings.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::Tables;
@@ -32,9 +33,8 @@ pub struct StoreSettings {
     /// PostgreSQL: the `application_name` of the connections, unless the
     /// URL names one.
     pub application_name: &'static str,
-    /// The Redis store's settings.
-    #[cfg(feature = "redis")]
-    pub redis: super::RedisSettings,
+    /// The Redis store's settings (read by the Redis backend only).
+    pub redis: RedisSettings,
 }
 
 impl Default for StoreSettings {
@@ -49,8 +49,7 @@ impl Default for StoreSettings {
             sqlite_readers: DEFAULT_SQLITE_READERS,
             tables: Tables::default(),
             application_name: "idemkey",
-            #[cfg(feature = "redis")]
-            redis: super::RedisSettings::default(),
+            redis: RedisSettings::default(),
         }
     }
 }
@@ -73,4 +72,38 @@ pub enum PgPooler {
     /// `statement_timeout` must be set on the role or database
     /// (`ALTER ROLE … SET`), checked at start.
     Transaction,
+}
+
+/// Settings of the Redis store (`RedisDb`, with the `redis` feature).
+#[derive(Clone, Debug)]
+pub struct RedisSettings {
+    /// Replicas that must hold a claim or a completion before the request
+    /// goes on (`WAIT n timeout`); 0 sends no `WAIT`.
+    pub wait_replicas: u32,
+    /// How long `WAIT` may take before the call fails.
+    pub wait_timeout: Duration,
+    /// How long a record is kept after its lease (abandoned claims) or
+    /// after its creation (completed records, at least until their window
+    /// ends): the retention trim applies on the SQL stores.
+    pub retention: Duration,
+    /// Time allowed to open a connection.
+    pub connect_timeout: Duration,
+    /// Time allowed for one reply.
+    pub response_timeout: Duration,
+    /// PEM file of the certificate authorities a `rediss://` server's
+    /// certificate must chain to, instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
+            retention: Duration::from_secs(30 * 86_400),
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(5),
+            ca_file: None,
+        }
+    }
 }

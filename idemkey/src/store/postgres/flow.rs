@@ -9,7 +9,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use idemkey_core::Fingerprint;
 use serde_json::Value;
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
@@ -17,15 +16,12 @@ use uuid::Uuid;
 
 use super::db::PgDb;
 use super::error::db_error;
-use super::transaction::run_in_transaction;
-use crate::flow::declare::{Local, LocalFn, StepContext, StepError};
-use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
+use crate::idempotency::StoredResponse;
+use crate::store::Backend as _;
 use crate::store::backend::BoxFuture;
-use crate::store::flow::{
-    FlowRow, FlowState, Journal, JournalStore, JournalWork, NextMessage, Recorded, STEP_EFFECT,
-    StepRow,
-};
+use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, StepRow};
 use crate::store::outbox::OutboxMessage;
+use crate::store::step::{Local, LocalFn, StepContext, StepError};
 use crate::store::{StoreError, Tables, decode_response};
 
 /// An execution's row, by scope and id (locked, the second, for a
@@ -541,109 +537,5 @@ impl Local {
     {
         let f: PgLocalFn = Arc::new(f);
         self.undo_on(PgDb::NAME, Arc::new(f))
-    }
-}
-
-use crate::store::Backend as _;
-
-impl JournalStore for PgDb {
-    fn flow_load<'a>(
-        &'a self,
-        scope: &'a str,
-        id: Uuid,
-    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
-        Box::pin(PgDb::flow_load(self, scope, id))
-    }
-
-    fn flow_find<'a>(
-        &'a self,
-        scope: &'a str,
-        operation: &'a str,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Uuid>, StoreError>> {
-        Box::pin(PgDb::flow_find(self, scope, operation, key))
-    }
-
-    fn flow_next<'a>(
-        &'a self,
-        scope: &'a str,
-        id: Uuid,
-    ) -> BoxFuture<'a, Result<Option<NextMessage>, StoreError>> {
-        Box::pin(PgDb::flow_next(self, scope, id))
-    }
-
-    fn flow_resume<'a>(
-        &'a self,
-        scope: &'a str,
-        id: Uuid,
-        within: std::time::Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { PgDb::flow_resume(self, scope, id, within).await.map(drop) })
-    }
-
-    fn flow_close_window<'a>(
-        &'a self,
-        scope: &'a str,
-        operation: &'a str,
-        key: &'a str,
-        id: Uuid,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            PgDb::flow_close_window(self, scope, operation, key, id)
-                .await
-                .map(drop)
-        })
-    }
-
-    fn journal_start<'a>(
-        &'a self,
-        key: &'a RecordKey,
-        fingerprint: Fingerprint,
-        policy: Policy,
-        lock_timeout: Option<std::time::Duration>,
-        work: Box<dyn JournalWork<Result<Done<FlowRow>, StepError>>>,
-    ) -> BoxFuture<'a, Result<Outcome<FlowRow>, idempotency::Error<StepError>>> {
-        Box::pin(async move {
-            let mut client = self.client().await?;
-            run_in_transaction(
-                self,
-                &mut client,
-                key,
-                fingerprint,
-                &policy,
-                lock_timeout,
-                |tx| {
-                    Box::pin(async move {
-                        let j = PgJournal {
-                            tx: tx.transaction(),
-                            tables: tx.tables(),
-                        };
-                        work.on_shared(&j).await
-                    })
-                },
-            )
-            .await
-        })
-    }
-
-    fn journal_record(
-        &self,
-        work: Box<dyn JournalWork<Result<Recorded, StepError>>>,
-    ) -> BoxFuture<'_, Result<Result<Recorded, StepError>, StoreError>> {
-        Box::pin(async move {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await.map_err(db_error)?;
-            let j = PgJournal {
-                tx: &tx,
-                tables: self.tables(),
-            };
-            let result = work.on_shared(&j).await;
-            if matches!(result, Ok(Recorded::Moved)) {
-                tx.commit().await.map_err(db_error)?;
-            } else {
-                tx.rollback().await.map_err(db_error)?;
-            }
-            Ok(result)
-        })
     }
 }

@@ -20,6 +20,7 @@ mod db;
 mod error;
 #[cfg(feature = "flow")]
 pub(crate) mod flow;
+mod in_transaction;
 #[cfg(feature = "outbox")]
 mod outbox;
 mod pooler;
@@ -34,6 +35,7 @@ pub use db::PgDb;
 pub use error::db_error;
 #[cfg(feature = "flow")]
 pub use flow::PgStepFuture;
+pub use in_transaction::pg_in_transaction;
 pub use records::{PgRecords, read_from_row};
 pub use send::{Param, execute_in, query_in};
-pub use transaction::{PgEffect, PgTx, run_in_transaction, set_lock_timeout};
+pub use transaction::{PgEffect, PgResponseFuture, PgTx, run_in_transaction, set_lock_timeout};

@@ -12,12 +12,17 @@ use tokio_postgres::{Client, Transaction};
 use super::db::PgDb;
 use super::error::db_error;
 use super::records::PgRecords;
-use crate::idempotency::{self, Done, Outcome, Policy, RecordKey};
-use crate::store::{StoreError, Tables};
+use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
+use crate::store::{Effect, StoreError, Tables, Transactional};
 
 /// The future a PostgreSQL effect returns: boxed, so that it may borrow the
 /// transaction.
 pub type PgEffect<'t, T, E> = Pin<Box<dyn Future<Output = Result<Done<T>, E>> + Send + 't>>;
+
+/// The future an in-transaction closure returns on PostgreSQL (its
+/// response): boxed, so that it may borrow the transaction.
+pub type PgResponseFuture<'t, E> =
+    Pin<Box<dyn Future<Output = Result<StoredResponse, E>> + Send + 't>>;
 
 /// An open transaction of a [`PgDb`], with the store's table names: what
 /// an effect run in a transaction receives. It derefs to the driver's
@@ -118,4 +123,55 @@ where
         tx.rollback().await.map_err(db_error)?;
     }
     Ok(outcome)
+}
+
+impl Transactional for PgDb {
+    type Tx<'t> = PgTx<'t, 't>;
+    type Answer<'t, R: 't> = Pin<Box<dyn Future<Output = R> + Send + 't>>;
+
+    async fn transaction<'a, E, F>(
+        &'a self,
+        key: &'a RecordKey,
+        fingerprint: Fingerprint,
+        policy: Policy,
+        lock_timeout: Option<Duration>,
+        effect: F,
+    ) -> Result<Outcome<()>, idempotency::Error<E>>
+    where
+        E: Send + 'static,
+        F: Effect<Self, E>,
+    {
+        let mut client = self.client().await?;
+        run_in_transaction(
+            self,
+            &mut client,
+            key,
+            fingerprint,
+            &policy,
+            lock_timeout,
+            |tx| {
+                let effect = effect.run(tx);
+                Box::pin(async move {
+                    Ok(Done {
+                        response: effect.await?,
+                        resource: None,
+                        value: (),
+                    })
+                })
+            },
+        )
+        .await
+    }
+}
+
+impl<E: 'static, F> Effect<PgDb, E> for F
+where
+    F: for<'t, 'c> FnOnce(PgTx<'t, 'c>) -> PgResponseFuture<'t, E> + Send + 'static,
+{
+    fn run<'t>(
+        self,
+        tx: <PgDb as Transactional>::Tx<'t>,
+    ) -> <PgDb as Transactional>::Answer<'t, Result<StoredResponse, E>> {
+        self(tx)
+    }
 }

@@ -1,21 +1,27 @@
 //! Redis behind the store's seam: records of the idempotency layer (lease
-//! mode) only, and the line that registers it with [`Db`](crate::store::Db).
+//! mode) only, and the line that registers it with [`Db`](crate::store::Db)(crate::store::Db).
 
 use super::{RedisDb, is_redis_url};
 use crate::error::StoreError;
-use crate::store::backend::{Backend, BoxFuture, Opener};
-use crate::store::pool::PoolStatus;
-use crate::store::{Db, StoreSettings};
+use std::sync::Arc;
 
-/// How [`Db`] recognises and opens a Redis node or cluster's URL.
+use crate::store::backend::{Backend, BoxFuture, DynBackend, Opener};
+use crate::store::pool::PoolStatus;
+use crate::store::settings::StoreSettings;
+
+/// How [`Db`](crate::store::Db) recognises and opens a Redis node or cluster's URL.
 pub(crate) const OPENER: Opener = Opener {
-    name: RedisDb::NAME,
     accepts: is_redis_url,
     connect,
 };
 
-fn connect<'a>(url: &'a str, settings: &'a StoreSettings) -> BoxFuture<'a, Result<Db, StoreError>> {
-    Box::pin(async move { Ok(Db::new(RedisDb::connect(url, &settings.redis).await?)) })
+fn connect<'a>(
+    url: &'a str,
+    settings: &'a StoreSettings,
+) -> BoxFuture<'a, Result<Arc<dyn DynBackend>, StoreError>> {
+    Box::pin(async move {
+        Ok(Arc::new(RedisDb::connect(url, &settings.redis).await?) as Arc<dyn DynBackend>)
+    })
 }
 
 impl Backend for RedisDb {

@@ -34,9 +34,6 @@
 //! timeout) is unconfirmed too: the write may hold on a node a failover
 //! drops.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -51,39 +48,7 @@ mod records;
 
 pub(crate) use backend::OPENER;
 
-/// Settings of a [`RedisDb`].
-#[derive(Clone, Debug)]
-pub struct RedisSettings {
-    /// Replicas that must hold a claim or a completion before the request
-    /// goes on (`WAIT n timeout`); 0 sends no `WAIT`.
-    pub wait_replicas: u32,
-    /// How long `WAIT` may take before the call fails.
-    pub wait_timeout: Duration,
-    /// How long a record is kept after its lease (abandoned claims) or
-    /// after its creation (completed records, at least until their window
-    /// ends): the retention trim applies on the SQL stores.
-    pub retention: Duration,
-    /// Time allowed to open a connection.
-    pub connect_timeout: Duration,
-    /// Time allowed for one reply.
-    pub response_timeout: Duration,
-    /// PEM file of the certificate authorities a `rediss://` server's
-    /// certificate must chain to, instead of the system's roots.
-    pub ca_file: Option<PathBuf>,
-}
-
-impl Default for RedisSettings {
-    fn default() -> Self {
-        Self {
-            wait_replicas: 0,
-            wait_timeout: Duration::from_secs(1),
-            retention: Duration::from_secs(30 * 86_400),
-            connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_secs(5),
-            ca_file: None,
-        }
-    }
-}
+pub use crate::store::settings::RedisSettings;
 
 /// The connection: one multiplexed connection to a single node (reconnected
 /// on failure), or a cluster connection that follows `MOVED` and `ASK`.

@@ -1,30 +1,31 @@
 //! SQLite behind the store's seam: its [`Backend`] lifecycle, its
 //! outbox and step journal as capabilities, and the line that registers it
-//! with [`Db`](crate::store::Db).
+//! with [`Db`](crate::store::Db)(crate::store::Db).
 
 use std::time::Duration;
 
 use super::db::SqliteDb;
 use crate::error::StoreError;
-use crate::store::backend::{Backend, BoxFuture, Opener};
+use std::sync::Arc;
+
+use crate::store::backend::{Backend, BoxFuture, DynBackend, Opener};
 use crate::store::migrations::Migration;
 use crate::store::pool::PoolStatus;
-use crate::store::{Db, StoreSettings};
+use crate::store::settings::StoreSettings;
 
-/// How [`Db`] recognises and opens a SQLite URL: `sqlite://PATH`
+/// How [`Db`](crate::store::Db) recognises and opens a SQLite URL: `sqlite://PATH`
 /// (relative to the working directory; `sqlite:///abs/path` for an
 /// absolute one).
-pub(crate) const OPENER: Opener = Opener {
-    name: SqliteDb::NAME,
-    accepts,
-    connect,
-};
+pub(crate) const OPENER: Opener = Opener { accepts, connect };
 
 fn accepts(url: &str) -> bool {
     url.starts_with("sqlite://")
 }
 
-fn connect<'a>(url: &'a str, settings: &'a StoreSettings) -> BoxFuture<'a, Result<Db, StoreError>> {
+fn connect<'a>(
+    url: &'a str,
+    settings: &'a StoreSettings,
+) -> BoxFuture<'a, Result<Arc<dyn DynBackend>, StoreError>> {
     Box::pin(async move {
         let path = url.strip_prefix("sqlite://").unwrap_or_default();
         if path.is_empty() {
@@ -32,7 +33,7 @@ fn connect<'a>(url: &'a str, settings: &'a StoreSettings) -> BoxFuture<'a, Resul
                 "sqlite:// needs a file path".into(),
             ));
         }
-        Ok(Db::new(SqliteDb::connect(path, settings).await?))
+        Ok(Arc::new(SqliteDb::connect(path, settings).await?) as Arc<dyn DynBackend>)
     })
 }
 
@@ -140,6 +141,125 @@ mod outbox {
             force: bool,
         ) -> BoxFuture<'_, Result<Requeued, StoreError>> {
             Box::pin(SqliteDb::outbox_retry(self, id, retention, force))
+        }
+    }
+}
+
+#[cfg(feature = "flow")]
+mod journal {
+    use idemkey_core::Fingerprint;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::idempotency::{self, Done, Outcome, Policy, RecordKey};
+    use crate::store::flow::{FlowRow, JournalStore, JournalWork, NextMessage, Recorded};
+    use crate::store::sqlite::connection::{immediate, sqlite_error};
+    use crate::store::sqlite::flow::SqliteJournal;
+    use crate::store::sqlite::transaction::run_in_transaction;
+    use crate::store::step::StepError;
+
+    impl JournalStore for SqliteDb {
+        fn flow_load<'a>(
+            &'a self,
+            scope: &'a str,
+            id: Uuid,
+        ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
+            Box::pin(SqliteDb::flow_load(self, scope, id))
+        }
+
+        fn flow_find<'a>(
+            &'a self,
+            scope: &'a str,
+            operation: &'a str,
+            key: &'a str,
+        ) -> BoxFuture<'a, Result<Option<Uuid>, StoreError>> {
+            Box::pin(SqliteDb::flow_find(self, scope, operation, key))
+        }
+
+        fn flow_next<'a>(
+            &'a self,
+            scope: &'a str,
+            id: Uuid,
+        ) -> BoxFuture<'a, Result<Option<NextMessage>, StoreError>> {
+            Box::pin(SqliteDb::flow_next(self, scope, id))
+        }
+
+        fn flow_resume<'a>(
+            &'a self,
+            scope: &'a str,
+            id: Uuid,
+            within: std::time::Duration,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            Box::pin(async move {
+                SqliteDb::flow_resume(self, scope, id, within)
+                    .await
+                    .map(drop)
+            })
+        }
+
+        fn flow_close_window<'a>(
+            &'a self,
+            scope: &'a str,
+            operation: &'a str,
+            key: &'a str,
+            id: Uuid,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            Box::pin(async move {
+                SqliteDb::flow_close_window(self, scope, operation, key, id)
+                    .await
+                    .map(drop)
+            })
+        }
+
+        fn journal_start<'a>(
+            &'a self,
+            key: &'a RecordKey,
+            fingerprint: Fingerprint,
+            policy: Policy,
+            _lock_timeout: Option<std::time::Duration>,
+            work: Box<dyn JournalWork<Result<Done<FlowRow>, StepError>>>,
+        ) -> BoxFuture<'a, Result<Outcome<FlowRow>, idempotency::Error<StepError>>> {
+            let (key, store) = (key.clone(), self.clone());
+            Box::pin(async move {
+                self.with_conn(move |conn| {
+                    Ok(run_in_transaction(
+                        &store,
+                        conn,
+                        &key,
+                        fingerprint,
+                        &policy,
+                        |tx| {
+                            let j = SqliteJournal {
+                                conn: tx.connection(),
+                                tables: tx.tables(),
+                            };
+                            pollster::block_on(work.on_local(&j))
+                        },
+                    ))
+                })
+                .await?
+            })
+        }
+
+        fn journal_record(
+            &self,
+            work: Box<dyn JournalWork<Result<Recorded, StepError>>>,
+        ) -> BoxFuture<'_, Result<Result<Recorded, StepError>, StoreError>> {
+            let tables = self.tables().clone();
+            Box::pin(self.with_conn(move |conn| {
+                let tx = immediate(conn)?;
+                let j = SqliteJournal {
+                    conn: &tx,
+                    tables: &tables,
+                };
+                let result = pollster::block_on(work.on_local(&j));
+                if matches!(result, Ok(Recorded::Moved)) {
+                    tx.commit().map_err(sqlite_error)?;
+                } else {
+                    tx.rollback().map_err(sqlite_error)?;
+                }
+                Ok(result)
+            }))
         }
     }
 }

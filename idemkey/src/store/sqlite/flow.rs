@@ -6,23 +6,19 @@
 use std::future::ready;
 use std::sync::Arc;
 
-use idemkey_core::Fingerprint;
 use serde_json::Value;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
-use super::connection::{corrupt_in_row, immediate, sqlite_error};
+use super::connection::{corrupt_in_row, sqlite_error};
 use super::db::SqliteDb;
-use super::transaction::run_in_transaction;
-use crate::flow::declare::{Local, LocalFn, StepContext, StepError};
-use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
+use crate::idempotency::StoredResponse;
+use crate::store::Backend as _;
 use crate::store::backend::BoxFuture;
-use crate::store::flow::{
-    FlowRow, FlowState, Journal, JournalStore, JournalWork, NextMessage, Recorded, STEP_EFFECT,
-    StepRow,
-};
+use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, StepRow};
 use crate::store::outbox::OutboxMessage;
+use crate::store::step::{Local, LocalFn, StepContext, StepError};
 use crate::store::{StoreError, Tables, decode_response};
 
 const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, \
@@ -502,112 +498,5 @@ impl Local {
     {
         let f: SqliteLocalFn = Arc::new(f);
         self.undo_on(SqliteDb::NAME, Arc::new(f))
-    }
-}
-
-use crate::store::Backend as _;
-
-impl JournalStore for SqliteDb {
-    fn flow_load<'a>(
-        &'a self,
-        scope: &'a str,
-        id: Uuid,
-    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
-        Box::pin(SqliteDb::flow_load(self, scope, id))
-    }
-
-    fn flow_find<'a>(
-        &'a self,
-        scope: &'a str,
-        operation: &'a str,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Uuid>, StoreError>> {
-        Box::pin(SqliteDb::flow_find(self, scope, operation, key))
-    }
-
-    fn flow_next<'a>(
-        &'a self,
-        scope: &'a str,
-        id: Uuid,
-    ) -> BoxFuture<'a, Result<Option<NextMessage>, StoreError>> {
-        Box::pin(SqliteDb::flow_next(self, scope, id))
-    }
-
-    fn flow_resume<'a>(
-        &'a self,
-        scope: &'a str,
-        id: Uuid,
-        within: std::time::Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            SqliteDb::flow_resume(self, scope, id, within)
-                .await
-                .map(drop)
-        })
-    }
-
-    fn flow_close_window<'a>(
-        &'a self,
-        scope: &'a str,
-        operation: &'a str,
-        key: &'a str,
-        id: Uuid,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            SqliteDb::flow_close_window(self, scope, operation, key, id)
-                .await
-                .map(drop)
-        })
-    }
-
-    fn journal_start<'a>(
-        &'a self,
-        key: &'a RecordKey,
-        fingerprint: Fingerprint,
-        policy: Policy,
-        _lock_timeout: Option<std::time::Duration>,
-        work: Box<dyn JournalWork<Result<Done<FlowRow>, StepError>>>,
-    ) -> BoxFuture<'a, Result<Outcome<FlowRow>, idempotency::Error<StepError>>> {
-        let (key, store) = (key.clone(), self.clone());
-        Box::pin(async move {
-            self.with_conn(move |conn| {
-                Ok(run_in_transaction(
-                    &store,
-                    conn,
-                    &key,
-                    fingerprint,
-                    &policy,
-                    |tx| {
-                        let j = SqliteJournal {
-                            conn: tx.connection(),
-                            tables: tx.tables(),
-                        };
-                        pollster::block_on(work.on_local(&j))
-                    },
-                ))
-            })
-            .await?
-        })
-    }
-
-    fn journal_record(
-        &self,
-        work: Box<dyn JournalWork<Result<Recorded, StepError>>>,
-    ) -> BoxFuture<'_, Result<Result<Recorded, StepError>, StoreError>> {
-        let tables = self.tables().clone();
-        Box::pin(self.with_conn(move |conn| {
-            let tx = immediate(conn)?;
-            let j = SqliteJournal {
-                conn: &tx,
-                tables: &tables,
-            };
-            let result = pollster::block_on(work.on_local(&j));
-            if matches!(result, Ok(Recorded::Moved)) {
-                tx.commit().map_err(sqlite_error)?;
-            } else {
-                tx.rollback().map_err(sqlite_error)?;
-            }
-            Ok(result)
-        }))
     }
 }

@@ -29,6 +29,7 @@ mod db;
 #[cfg(feature = "flow")]
 pub(crate) mod flow;
 mod group_commit;
+mod in_transaction;
 mod migrate;
 #[cfg(feature = "outbox")]
 mod outbox;
@@ -41,6 +42,7 @@ mod transaction;
 pub(crate) use backend::OPENER;
 pub use connection::{DEFAULT_WAIT, immediate, sqlite_error};
 pub use db::SqliteDb;
+pub use in_transaction::{sqlite_in_transaction, sqlite_in_transaction_async};
 pub use readers::{DEFAULT_READERS, MAX_READERS};
 pub use records::{SqliteRecords, read_from_row};
 pub use transaction::{SqliteTx, run_in_savepoint, run_in_transaction};

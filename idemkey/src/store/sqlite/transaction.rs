@@ -9,10 +9,10 @@ use rusqlite::Connection;
 
 use super::connection::{immediate, sqlite_error};
 use super::db::SqliteDb;
-use crate::idempotency::{self, Done, Outcome, Policy, RecordKey};
+use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
 #[cfg(feature = "outbox")]
 use crate::store::StoreError;
-use crate::store::Tables;
+use crate::store::{Effect, Tables, Transactional};
 
 /// An open transaction (or savepoint) of a [`SqliteDb`]'s database, with
 /// the store's table names: what an effect run in a transaction receives.
@@ -146,4 +146,53 @@ where
         policy,
         async move || effect(SqliteTx { conn, db }),
     ))
+}
+
+impl Transactional for SqliteDb {
+    type Tx<'t> = SqliteTx<'t>;
+    type Answer<'t, R: 't> = R;
+
+    async fn transaction<'a, E, F>(
+        &'a self,
+        key: &'a RecordKey,
+        fingerprint: Fingerprint,
+        policy: Policy,
+        _lock_timeout: Option<std::time::Duration>,
+        effect: F,
+    ) -> Result<Outcome<()>, idempotency::Error<E>>
+    where
+        E: Send + 'static,
+        F: Effect<Self, E>,
+    {
+        let (key, store) = (key.clone(), self.clone());
+        self.with_conn(move |conn| {
+            Ok(run_in_transaction(
+                &store,
+                conn,
+                &key,
+                fingerprint,
+                &policy,
+                |tx| {
+                    Ok(Done {
+                        response: effect.run(tx)?,
+                        resource: None,
+                        value: (),
+                    })
+                },
+            ))
+        })
+        .await?
+    }
+}
+
+impl<E: 'static, F> Effect<SqliteDb, E> for F
+where
+    F: FnOnce(SqliteTx<'_>) -> Result<StoredResponse, E> + Send + 'static,
+{
+    fn run<'t>(
+        self,
+        tx: <SqliteDb as Transactional>::Tx<'t>,
+    ) -> <SqliteDb as Transactional>::Answer<'t, Result<StoredResponse, E>> {
+        self(tx)
+    }
 }

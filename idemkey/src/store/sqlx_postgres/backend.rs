@@ -1,30 +1,33 @@
 //! sqlx's PostgreSQL behind the store's seam: its [`Backend`] lifecycle,
 //! its outbox (and, in flow.rs, its step journal) as capabilities, and the
-//! line that registers it with [`Db`].
+//! line that registers it with [`Db`](crate::store::Db).
+
+use std::sync::Arc;
 
 use super::db::SqlxPgDb;
 use crate::error::StoreError;
-use crate::store::backend::{Backend, BoxFuture, Opener};
+use crate::store::StoreSettings;
+use crate::store::backend::{Backend, BoxFuture, DynBackend, Opener};
 use crate::store::migrations::Migration;
 use crate::store::pool::PoolStatus;
-use crate::store::{Db, StoreSettings};
 
-/// How [`Db`] recognises and opens a PostgreSQL URL for sqlx: tried after
+/// How [`Db`](crate::store::Db) recognises and opens a PostgreSQL URL for sqlx: tried after
 /// the tokio-postgres backend, so it answers `postgres://` in a build
-/// without that one (with both, wrap a pool yourself: [`Db::new`] of
+/// without that one (with both, wrap a pool yourself: `Db::new` of
 /// [`SqlxPgDb::from_pool`]).
-pub(crate) const OPENER: Opener = Opener {
-    name: SqlxPgDb::NAME,
-    accepts,
-    connect,
-};
+pub(crate) const OPENER: Opener = Opener { accepts, connect };
 
 fn accepts(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-fn connect<'a>(url: &'a str, settings: &'a StoreSettings) -> BoxFuture<'a, Result<Db, StoreError>> {
-    Box::pin(async move { Ok(Db::new(SqlxPgDb::connect(url, settings).await?)) })
+fn connect<'a>(
+    url: &'a str,
+    settings: &'a StoreSettings,
+) -> BoxFuture<'a, Result<Arc<dyn DynBackend>, StoreError>> {
+    Box::pin(
+        async move { Ok(Arc::new(SqlxPgDb::connect(url, settings).await?) as Arc<dyn DynBackend>) },
+    )
 }
 
 impl Backend for SqlxPgDb {

@@ -20,8 +20,6 @@ use super::db::SqlxPgDb;
 use super::error::sqlx_error;
 use super::send::{query, rendered};
 use super::transaction::run_in_transaction;
-use crate::flow::declare::LocalFn;
-use crate::flow::{Local, StepContext, StepError};
 use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
 use crate::store::Backend as _;
 use crate::store::backend::BoxFuture;
@@ -30,6 +28,7 @@ use crate::store::flow::{
     StepRow,
 };
 use crate::store::outbox::OutboxMessage;
+use crate::store::step::{Local, LocalFn, StepContext, StepError};
 use crate::store::{StoreError, decode_response, millis};
 
 const LOAD: &str = "SELECT id, scope, operation, key, flow, state, position, input, failed_step, \

@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use idemkey_core::Fingerprint;
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
-use tokio::sync::MutexGuard;
 
 use super::db::SqlxPgDb;
 use super::error::sqlx_error;
 use super::records::SqlxPgRecords;
 use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
-use crate::in_transaction::{self as front, Options};
 use crate::store::Tables;
+use crate::store::backend::{Effect, Transactional};
+use crate::store::in_transaction::{self as front, Options};
 
 /// The future an effect returns: boxed, so that it may borrow the
 /// transaction.
@@ -32,12 +32,12 @@ pub type SqlxEffect<'t, E> = Pin<Box<dyn Future<Output = Result<StoredResponse, 
 /// names: it derefs to the `PgConnection` for your own statements
 /// (`sqlx::query(…).execute(&mut *tx)`), and what it writes into the
 /// library's tables ([`SqlxTx::enqueue`]) goes to the store's tables.
-pub struct SqlxTx<'t, 'c> {
-    conn: MutexGuard<'t, &'c mut PgConnection>,
+pub struct SqlxTx<'t> {
+    conn: &'t mut PgConnection,
     db: &'t SqlxPgDb,
 }
 
-impl std::fmt::Debug for SqlxTx<'_, '_> {
+impl std::fmt::Debug for SqlxTx<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlxTx")
             .field("tables", self.db.tables())
@@ -45,7 +45,7 @@ impl std::fmt::Debug for SqlxTx<'_, '_> {
     }
 }
 
-impl<'t> SqlxTx<'t, '_> {
+impl<'t> SqlxTx<'t> {
     /// The store's table names, for statements of yours that join the
     /// library's tables ([`Tables::render`]).
     pub fn tables(&self) -> &'t Tables {
@@ -75,22 +75,22 @@ impl<'t> SqlxTx<'t, '_> {
         payload: &str,
     ) -> Result<i64, crate::store::StoreError> {
         let db = self.db;
-        db.enqueue_on(&mut self.conn, key, effect, resource, payload)
+        db.enqueue_on(self.conn, key, effect, resource, payload)
             .await
     }
 }
 
-impl Deref for SqlxTx<'_, '_> {
+impl Deref for SqlxTx<'_> {
     type Target = PgConnection;
 
     fn deref(&self) -> &PgConnection {
-        &self.conn
+        self.conn
     }
 }
 
-impl DerefMut for SqlxTx<'_, '_> {
+impl DerefMut for SqlxTx<'_> {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.conn
+        self.conn
     }
 }
 
@@ -108,9 +108,7 @@ pub(crate) async fn run_in_transaction<T, E, F>(
     effect: F,
 ) -> Result<Outcome<T>, idempotency::Error<E>>
 where
-    F: for<'t, 'c> FnOnce(
-        SqlxTx<'t, 'c>,
-    ) -> Pin<Box<dyn Future<Output = Result<Done<T>, E>> + Send + 't>>,
+    F: for<'t> FnOnce(SqlxTx<'t>) -> Pin<Box<dyn Future<Output = Result<Done<T>, E>> + Send + 't>>,
 {
     let mut tx = conn.begin().await.map_err(sqlx_error)?;
     if let Some(timeout) = lock_timeout {
@@ -122,8 +120,12 @@ where
     let outcome = {
         let records = SqlxPgRecords::of(db, &mut tx);
         idempotency::run(&records, key, fingerprint, policy, async || {
-            let conn = records.lock().await;
-            effect(SqlxTx { conn, db }).await
+            let mut conn = records.lock().await;
+            effect(SqlxTx {
+                conn: &mut conn,
+                db,
+            })
+            .await
         })
         .await
     };
@@ -157,7 +159,7 @@ pub async fn sqlx_in_transaction<F, E>(
     effect: F,
 ) -> Result<front::Outcome, front::Error<E>>
 where
-    F: for<'t, 'c> FnOnce(SqlxTx<'t, 'c>) -> SqlxEffect<'t, E>,
+    F: for<'t> FnOnce(SqlxTx<'t>) -> SqlxEffect<'t, E>,
     E: Send + 'static,
 {
     let result = run_in_transaction(
@@ -180,4 +182,58 @@ where
     )
     .await;
     front::finish(key, options, result)
+}
+
+/// The seam's in-transaction front end
+/// ([`crate::in_transaction::transaction`]): each call in a new transaction
+/// of a connection of the pool.
+impl Transactional for SqlxPgDb {
+    type Tx<'t> = SqlxTx<'t>;
+    type Answer<'t, R: 't> = Pin<Box<dyn Future<Output = R> + Send + 't>>;
+
+    async fn transaction<'a, E, F>(
+        &'a self,
+        key: &'a RecordKey,
+        fingerprint: Fingerprint,
+        policy: Policy,
+        lock_timeout: Option<Duration>,
+        effect: F,
+    ) -> Result<Outcome<()>, idempotency::Error<E>>
+    where
+        E: Send + 'static,
+        F: Effect<Self, E>,
+    {
+        let mut conn = self.pool().acquire().await.map_err(sqlx_error)?;
+        run_in_transaction(
+            self,
+            &mut conn,
+            key,
+            fingerprint,
+            &policy,
+            lock_timeout,
+            |tx| {
+                let effect = effect.run(tx);
+                Box::pin(async move {
+                    Ok(Done {
+                        response: effect.await?,
+                        resource: None,
+                        value: (),
+                    })
+                })
+            },
+        )
+        .await
+    }
+}
+
+impl<E: 'static, F> Effect<SqlxPgDb, E> for F
+where
+    F: for<'t> FnOnce(SqlxTx<'t>) -> SqlxEffect<'t, E> + Send + 'static,
+{
+    fn run<'t>(
+        self,
+        tx: <SqlxPgDb as Transactional>::Tx<'t>,
+    ) -> <SqlxPgDb as Transactional>::Answer<'t, Result<StoredResponse, E>> {
+        self(tx)
+    }
 }
