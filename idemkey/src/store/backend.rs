@@ -99,6 +99,12 @@ pub trait Backend: Records + Clone + std::fmt::Debug + Send + Sync + 'static {
     }
 }
 
+/// How a backend connects to a URL (without migrating).
+pub(crate) type Connect = for<'a> fn(
+    &'a str,
+    &'a StoreSettings,
+) -> BoxFuture<'a, Result<Arc<dyn DynBackend>, StoreError>>;
+
 /// One line of [`Db`](super::Db)'s registration: how a backend recognises
 /// its URLs and opens them.
 #[derive(Clone, Copy)]
@@ -106,10 +112,7 @@ pub(crate) struct Opener {
     /// Whether `url` is this backend's.
     pub(crate) accepts: fn(&str) -> bool,
     /// Connects to `url` (without migrating).
-    pub(crate) connect: for<'a> fn(
-        &'a str,
-        &'a StoreSettings,
-    ) -> BoxFuture<'a, Result<Arc<dyn DynBackend>, StoreError>>,
+    pub(crate) connect: Connect,
 }
 
 /// The outbox of a store: claims, settlements and the operator's views,
@@ -342,7 +345,7 @@ pub trait Transactional: Backend {
 /// An effect run in a transaction of `B`: each backend implements it for
 /// the closures over its own transaction (`|tx| ...`), so a closure is
 /// typed by that backend's transaction through the trait.
-pub trait Effect<B: Transactional + ?Sized, E: 'static>: Send + 'static {
+pub trait Effect<B: Transactional, E: 'static>: Send + 'static {
     /// Runs the effect with the open transaction.
     fn run<'t>(self, tx: B::Tx<'t>) -> B::Answer<'t, Result<StoredResponse, E>>;
 }
