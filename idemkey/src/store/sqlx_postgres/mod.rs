@@ -15,6 +15,8 @@ mod db;
 mod error;
 #[cfg(feature = "flow")]
 mod flow;
+#[cfg(feature = "flow")]
+mod journal_sql;
 #[cfg(feature = "outbox")]
 mod outbox;
 mod records;
