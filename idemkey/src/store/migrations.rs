@@ -40,6 +40,7 @@ pub struct Adopt {
 }
 
 /// The columns of the records table's first version, on both backends.
+#[allow(dead_code)] // For the SQL backends: a build without one uses none.
 const RECORDS_COLUMNS: &[&str] = &[
     "scope",
     "operation",
@@ -57,6 +58,7 @@ const RECORDS_COLUMNS: &[&str] = &[
 ];
 
 /// The columns of the outbox's first version, on both backends.
+#[allow(dead_code)] // For the SQL backends: a build without one uses none.
 const OUTBOX_COLUMNS: &[&str] = &[
     "id",
     "scope",
@@ -101,9 +103,11 @@ impl Migration {
 
 /// Every migration a store was asked to apply, so that its readiness check
 /// knows what this build needs.
+#[allow(dead_code)] // For the SQL backends: a build without one uses none.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Known(Arc<Mutex<Vec<Migration>>>);
 
+#[allow(dead_code)] // For the SQL backends: a build without one uses none.
 impl Known {
     /// Remembers `list` (once per component and version).
     pub(crate) fn add(&self, list: &[Migration]) {
@@ -126,12 +130,14 @@ impl Known {
 
 /// A backend's later migrations of one component, `(name, statements)` in
 /// version order from 2: what a version changes differs by backend.
+#[allow(dead_code)] // For the SQL backends: a build without one uses none.
 pub(crate) type Later = &'static [(&'static str, &'static str)];
 
 /// The library's own migrations, given a backend's statements for each
 /// component's first version and its later ones (the outbox's only with
 /// the `outbox` feature, the steps' only with `flow`), and the outbox's
 /// primary key on that backend.
+#[allow(dead_code)] // For the SQL backends: a build without one uses none.
 pub(crate) fn library(
     records: (&'static str, Later),
     outbox: (&'static str, Later),
@@ -180,6 +186,7 @@ pub(crate) fn library(
 /// Why a relation found under `adopt`'s name is not the table its
 /// migration makes, if it is not: not a base table, a missing column, or
 /// another primary key. `columns` and `key` are the relation's.
+#[allow(dead_code)] // For the SQL backends: a build without one uses none.
 pub(crate) fn misfit(
     adopt: Adopt,
     base_table: bool,
@@ -207,6 +214,7 @@ pub(crate) fn misfit(
 }
 
 /// `component`'s versions 2, 3, ... from `list`.
+#[allow(dead_code)] // For the SQL backends: a build without one uses none.
 fn later(component: &'static str, list: Later) -> impl Iterator<Item = Migration> {
     (2..)
         .zip(list)

@@ -1,9 +1,27 @@
-//! The stores of idempotency records: one folder per backend behind its
-//! cargo feature (`postgres`, `sqlite`, `redis`), each holding its
-//! [`Records`](crate::idempotency::Records) implementation, its statements
-//! (every statement in a `.sql` file next to its code) and the migrations
-//! of the tables the library owns ([`migrations`]), behind one [`Db`] enum
-//! opened from a URL. Nothing outside this module matches on the backend.
+//! The stores of idempotency records, behind one seam.
+//!
+//! The seam (here, outside every backend's folder) is what the engine, the
+//! Layer, `in_transaction`, the outbox worker, the step journal and the trim
+//! use: [`Backend`] (a store's lifecycle, on top of
+//! [`Records`](crate::idempotency::Records)) and its capabilities, the
+//! outbox (`OutboxStore`), the step journal (with `flow`) and
+//! [`Transactional`] (the transaction `in_transaction` joins, typed by the
+//! backend's own `Tx`). The rules every store keeps are written here once:
+//! the table names ([`Tables`]), the decoding of a stored response
+//! ([`decode_response`]: malformed is [`StoreError::Corrupt`]) and the
+//! migration runner ([`migrations`]); how statements are sent to
+//! PostgreSQL for the pooler in front is `postgres/send.rs`, and each
+//! statement reads the database's own clock.
+//!
+//! Each backend is one folder behind one cargo feature (`postgres/`,
+//! `sqlite/`, `redis/`), holding its statements (each in a `.sql` file next
+//! to its code), its migrations and its implementations of the seam.
+//! [`Db`], opened from a URL, holds any of them type-erased and is the one
+//! registration point. **A new backend (a MySQL store, say) is one new
+//! folder here, one feature line in `Cargo.toml`, its `mod` line below and
+//! one line in `db.rs`'s registration list**: nothing else matches on the
+//! backend. An application reaches its own backend's SQL through
+//! [`Db::backend_as`].
 
 pub(crate) mod backend;
 mod boxed;
@@ -11,14 +29,11 @@ mod db;
 #[cfg(feature = "flow")]
 pub mod flow;
 pub(crate) mod in_transaction;
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub mod migrations;
 #[cfg(feature = "outbox")]
 pub mod outbox;
 mod pool;
 mod settings;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-mod statements;
 #[cfg(feature = "flow")]
 pub(crate) mod step;
 mod stored;
