@@ -4,13 +4,16 @@
 //! checked on all of them, not only on the one it was written for.
 //!
 //! Configurations: PostgreSQL direct; PostgreSQL through PgBouncer 1.18 in
-//! transaction mode with a pool of 2 and concurrent calls; SQLite. Each
+//! transaction mode with a pool of 2 and concurrent calls; SQLite; and the
+//! sqlx backend, direct and through PgBouncer (beside a deployment on the
+//! tokio-postgres backend: the two share one database). Each
 //! with the default names and with a prefix, beside a second deployment
 //! in the same database under the other names, whose tables must stay as
 //! they were (the cell checks their contents before and after).
 //!
 //! The order service has no table prefix: its entry points (`/readyz`,
-//! `/metrics`, `GET /purchases/{id}`) run in the default-names cells, the
+//! `/metrics`, `GET /purchases/{id}`) run in the default-names cells of its
+//! own backends (not the sqlx cells: it runs on tokio-postgres), the
 //! prefixed deployment beside them; under a prefix the library's own entry
 //! points run.
 //!
@@ -33,6 +36,7 @@ use idemkey::idempotency::{self, Done, Mode, Policy, RecordKey, Records, Scope, 
 use idemkey::in_transaction::{Options, Outcome};
 use idemkey::layer::IdempotencyLayer;
 use idemkey::outbox::{Delivery, Worker, WorkerSettings};
+use idemkey::store::sqlx_postgres::{SqlxPgDb, sqlx_in_transaction};
 use idemkey::store::{PgPooler, StoreSettings, Tables};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
 use idemkey_testkit::{PgBouncer, PgBouncerOptions};
@@ -90,6 +94,20 @@ enum Config {
     Direct,
     Bouncer,
     Sqlite,
+    SqlxDirect,
+    SqlxBouncer,
+}
+
+impl Config {
+    /// Through PgBouncer in transaction mode.
+    fn bounced(self) -> bool {
+        matches!(self, Self::Bouncer | Self::SqlxBouncer)
+    }
+
+    /// Our deployment on the sqlx backend.
+    fn sqlx(self) -> bool {
+        matches!(self, Self::SqlxDirect | Self::SqlxBouncer)
+    }
 }
 
 /// Concurrent calls per entry point: more than the pooler's 2 server
@@ -118,7 +136,7 @@ fn settings(config: Config, tables: Tables) -> StoreSettings {
     StoreSettings {
         tables,
         pool_size: 4,
-        pooler: if config == Config::Bouncer {
+        pooler: if config.bounced() {
             PgPooler::Transaction
         } else {
             PgPooler::None
@@ -134,7 +152,7 @@ async fn cell(config: Config, prefixed: bool) -> Cell {
         Backend::Postgres
     });
     let mut bouncer = None;
-    if config == Config::Bouncer {
+    if config.bounced() {
         env.sql(&format!(
             "ALTER ROLE postgres IN DATABASE \"{db}\" SET lock_timeout = '2s';
              ALTER ROLE postgres IN DATABASE \"{db}\" SET statement_timeout = '5s';",
@@ -158,9 +176,17 @@ async fn cell(config: Config, prefixed: bool) -> Cell {
         .await
         .expect("open the other deployment");
     let seeded = seed(&theirs).await;
-    let ours = Db::open(&url, &settings(config, mine.clone()))
-        .await
-        .expect("open our deployment");
+    let ours = if config.sqlx() {
+        let db = SqlxPgDb::connect(&url, &settings(config, mine.clone()))
+            .await
+            .expect("open our deployment on sqlx");
+        db.migrate().await.expect("migrate on sqlx");
+        Db::new(db)
+    } else {
+        Db::open(&url, &settings(config, mine.clone()))
+            .await
+            .expect("open our deployment")
+    };
     create_stock(&ours).await;
     Cell {
         config,
@@ -271,6 +297,16 @@ fn count(cell: &Cell, sql: &str) -> i64 {
 }
 
 async fn create_stock(db: &Db) {
+    if let Some(sqlx) = db.backend_as::<SqlxPgDb>() {
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS matrix_stock (sku text PRIMARY KEY, available int NOT NULL);
+             INSERT INTO matrix_stock VALUES ('tea', 100) ON CONFLICT DO NOTHING;",
+        )
+        .execute(sqlx.pool())
+        .await
+        .expect("stock");
+        return;
+    }
     match (
         db.backend_as::<idemkey::store::PgDb>(),
         db.backend_as::<idemkey::store::SqliteDb>(),
@@ -311,6 +347,24 @@ async fn in_transaction_enqueue(
     let options = Options::new(Duration::from_secs(3600));
     let response = StoredResponse::new(201, "{}");
     let key2 = key.clone();
+    if let Some(sqlx) = db.backend_as::<SqlxPgDb>() {
+        // The caller's own sqlx transaction, committed on `Executed`.
+        let mut tx = sqlx.pool().begin().await.map_err(|e| e.to_string())?;
+        let outcome = sqlx_in_transaction(sqlx, &mut tx, key, fingerprint("{}"), &options, {
+            move |mut tx| {
+                Box::pin(async move {
+                    tx.enqueue(&key2, MAIL, None, payload).await?;
+                    Ok::<_, idemkey::store::StoreError>(response)
+                })
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        if matches!(outcome, Outcome::Executed(_)) {
+            tx.commit().await.map_err(|e| e.to_string())?;
+        }
+        return Ok(outcome);
+    }
     match (
         db.backend_as::<idemkey::store::PgDb>(),
         db.backend_as::<idemkey::store::SqliteDb>(),
@@ -523,6 +577,26 @@ fn purchase(declines: Arc<AtomicUsize>) -> Flow {
                 )
                 .await
                 .map_err(|e| StepError::Retry(e.to_string()))?;
+                Ok(Value::Null)
+            })
+        })
+        .sqlx_postgres(|conn, _ctx| {
+            Box::pin(async move {
+                sqlx::query("UPDATE matrix_stock SET available = available - 1 WHERE sku = 'tea'")
+                    .persistent(false)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| StepError::Retry(e.to_string()))?;
+                Ok(json!({ "sku": "tea" }))
+            })
+        })
+        .sqlx_postgres_undo(|conn, _ctx| {
+            Box::pin(async move {
+                sqlx::query("UPDATE matrix_stock SET available = available + 1 WHERE sku = 'tea'")
+                    .persistent(false)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| StepError::Retry(e.to_string()))?;
                 Ok(Value::Null)
             })
         })
@@ -859,7 +933,7 @@ async fn matrix_cell(config: Config, prefixed: bool) {
     }
     for &entry in ENTRY_POINTS {
         if entry.in_order_service() {
-            if prefixed {
+            if prefixed || config.sqlx() {
                 continue;
             }
             if service.is_none() {
@@ -940,4 +1014,24 @@ async fn sqlite_default_names() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_prefixed() {
     matrix_cell(Config::Sqlite, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_direct_default_names() {
+    matrix_cell(Config::SqlxDirect, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_direct_prefixed() {
+    matrix_cell(Config::SqlxDirect, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_pgbouncer_transaction_mode_default_names() {
+    matrix_cell(Config::SqlxBouncer, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_pgbouncer_transaction_mode_prefixed() {
+    matrix_cell(Config::SqlxBouncer, true).await;
 }

@@ -24,6 +24,8 @@ const OPENERS: &[Opener] = &[
     crate::store::postgres::OPENER,
     #[cfg(feature = "sqlite")]
     crate::store::sqlite::OPENER,
+    #[cfg(feature = "sqlx-postgres")]
+    crate::store::sqlx_postgres::OPENER,
 ];
 
 /// URL forms of the backends this crate offers, for the error that names

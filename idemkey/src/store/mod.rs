@@ -45,6 +45,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "sqlx-postgres")]
+pub mod sqlx_postgres;
 
 pub use crate::duration::{from_system_time, millis, to_system_time};
 pub use crate::error::StoreError;

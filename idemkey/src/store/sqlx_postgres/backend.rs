@@ -1,0 +1,133 @@
+//! sqlx's PostgreSQL behind the store's seam: its [`Backend`] lifecycle,
+//! its outbox (and, in flow.rs, its step journal) as capabilities, and the
+//! line that registers it with [`Db`](crate::store::Db).
+
+use std::sync::Arc;
+
+use super::db::SqlxPgDb;
+use crate::error::StoreError;
+use crate::store::StoreSettings;
+use crate::store::backend::{Backend, BoxFuture, DynBackend, Opener};
+use crate::store::migrations::Migration;
+use crate::store::pool::PoolStatus;
+
+/// How [`Db`](crate::store::Db) recognises and opens a PostgreSQL URL for sqlx: tried after
+/// the tokio-postgres backend, so it answers `postgres://` in a build
+/// without that one (with both, wrap a pool yourself: `Db::new` of
+/// [`SqlxPgDb::from_pool`]).
+pub(crate) const OPENER: Opener = Opener { accepts, connect };
+
+fn accepts(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+fn connect<'a>(
+    url: &'a str,
+    settings: &'a StoreSettings,
+) -> BoxFuture<'a, Result<Arc<dyn DynBackend>, StoreError>> {
+    Box::pin(
+        async move { Ok(Arc::new(SqlxPgDb::connect(url, settings).await?) as Arc<dyn DynBackend>) },
+    )
+}
+
+impl Backend for SqlxPgDb {
+    const NAME: &'static str = "sqlx-postgres";
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        SqlxPgDb::migrate(self).await
+    }
+
+    fn library_migrations(&self) -> Vec<Migration> {
+        SqlxPgDb::library_migrations()
+    }
+
+    async fn migrate_with(&self, list: &[Migration]) -> Result<(), StoreError> {
+        SqlxPgDb::migrate_with(self, list).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        SqlxPgDb::ping(self).await
+    }
+
+    async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
+        SqlxPgDb::pending_migrations(self).await
+    }
+
+    fn pool_status(&self) -> PoolStatus {
+        SqlxPgDb::pool_status(self)
+    }
+
+    fn close(&self) {
+        SqlxPgDb::close(self);
+    }
+
+    #[cfg(feature = "outbox")]
+    fn outbox(&self) -> Option<&dyn crate::store::backend::OutboxStore> {
+        Some(self)
+    }
+
+    #[cfg(feature = "flow")]
+    #[allow(private_interfaces)]
+    fn journal(&self) -> Option<&dyn crate::store::flow::JournalStore> {
+        Some(self)
+    }
+}
+
+#[cfg(feature = "outbox")]
+mod outbox {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::backend::OutboxStore;
+    use crate::store::outbox::{
+        OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
+    };
+
+    impl OutboxStore for SqlxPgDb {
+        fn claim_outbox<'a>(
+            &'a self,
+            effects: &'a [String],
+            limit: u32,
+            lease_for: Duration,
+        ) -> BoxFuture<'a, Result<Vec<OutboxMessage>, StoreError>> {
+            Box::pin(SqlxPgDb::claim_outbox(self, effects, limit, lease_for))
+        }
+
+        fn settle_outbox<'a>(
+            &'a self,
+            message: &'a OutboxMessage,
+            sent_key: Option<&'a str>,
+            settlement: &'a Settlement,
+        ) -> BoxFuture<'a, Result<bool, StoreError>> {
+            Box::pin(SqlxPgDb::settle_outbox(self, message, sent_key, settlement))
+        }
+
+        fn settle_outbox_batch<'a>(
+            &'a self,
+            outcomes: &'a [OutboxOutcome],
+        ) -> BoxFuture<'a, Result<Vec<bool>, StoreError>> {
+            Box::pin(SqlxPgDb::settle_outbox_batch(self, outcomes))
+        }
+
+        fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
+            Box::pin(SqlxPgDb::outbox_stats(self))
+        }
+
+        fn outbox_list<'a>(
+            &'a self,
+            status: Option<&'a str>,
+            limit: u32,
+        ) -> BoxFuture<'a, Result<Vec<OutboxEntry>, StoreError>> {
+            Box::pin(SqlxPgDb::outbox_list(self, status, limit))
+        }
+
+        fn outbox_retry(
+            &self,
+            id: Option<i64>,
+            retention: Duration,
+            force: bool,
+        ) -> BoxFuture<'_, Result<Requeued, StoreError>> {
+            Box::pin(SqlxPgDb::outbox_retry(self, id, retention, force))
+        }
+    }
+}
