@@ -181,8 +181,15 @@ check_fmt() {
 }
 
 # The fault suite and the server's own tests inject faults, which only a
-# build with this feature contains; release builds never do.
-TEST_FEATURES=(--features idemkey-server/test-faults)
+# build with this feature contains; release builds never do. The library's
+# own tests (idemkey/tests, `cargo test -p idemkey --all-features`) need its
+# stores and front ends: named here, not left to what the order service
+# happens to turn on (scripts/test.d/05-test-sh.sh fails a test target
+# these arguments do not build).
+TEST_FEATURES=(
+    --features idemkey-server/test-faults
+    --features idemkey/postgres,idemkey/sqlite,idemkey/redis,idemkey/layer,idemkey/outbox,idemkey/flow,idemkey/serve,idemkey/clap
+)
 # A filter (-E) that matches no test fails the run: a renamed package or
 # test must not turn a step into one that runs nothing.
 NEXTEST_ARGS=(--workspace "${TEST_FEATURES[@]}" --no-fail-fast --no-tests=fail)

@@ -3,7 +3,8 @@
 # scratch copy of what it guards (nothing in the clone is touched):
 #   - a hook without its executable bit fails test.sh's hook step (the
 #     same hook with the bit passes);
-#   - test.sh's nextest arguments fail a filter that matches no test;
+#   - test.sh's nextest arguments fail a filter that matches no test, and
+#     build every integration test target of every package;
 #   - scripts/fuzz-targets.sh (used by the fuzz build step, 80-fuzz.sh and
 #     scripts/fuzz.sh) fails on a fuzz project without targets, and
 #     scripts/fuzz.sh on a target the project does not have.
@@ -57,7 +58,33 @@ if [[ $status -ne 4 ]]; then
 fi
 echo "nextest: a filter matching no test fails (exit $status)"
 
-# 3. Fuzz targets.
+# 3. Every integration test target of every package builds under test.sh's
+# arguments: a `[[test]]` whose `required-features` they do not turn on
+# would be left out without a word (nextest lists what was built).
+cargo nextest list "${nextest_args[@]}" --list-type binaries-only --message-format json \
+    >"$scratch/binaries.json" 2>"$scratch/binaries.log" || {
+    tail -n 20 "$scratch/binaries.log" >&2
+    fail "nextest could not list the test binaries"
+}
+cargo metadata --no-deps --format-version 1 >"$scratch/metadata.json"
+missing=$(python3 - "$scratch/metadata.json" "$scratch/binaries.json" <<'EOF'
+import json
+import sys
+
+metadata = json.load(open(sys.argv[1]))
+built = set(json.load(open(sys.argv[2]))["rust-binaries"])
+for package in metadata["packages"]:
+    for target in package["targets"]:
+        if "test" in target["kind"]:
+            binary = f"{package['name']}::{target['name']}"
+            if binary not in built:
+                print(binary)
+EOF
+)
+[[ -z $missing ]] || fail "test targets test.sh does not build (required features off?): $missing"
+echo "nextest: every integration test target builds under test.sh's arguments"
+
+# 4. Fuzz targets.
 mkdir -p "$scratch/fuzz"
 cat >"$scratch/fuzz/Cargo.toml" <<'TOML'
 [package]

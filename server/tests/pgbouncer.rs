@@ -4,20 +4,15 @@
 //! server connections) is smaller than the clients' (4 per process), so
 //! consecutive transactions of one client connection land on different
 //! server connections. The role's `lock_timeout` and `statement_timeout`
-//! are set on PostgreSQL, as docs/pgbouncer.md says.
+//! are set on PostgreSQL, as docs/pgbouncer.md says. `in_transaction`
+//! through PgBouncer is the library's `idemkey/tests/pgbouncer.rs`.
 
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
 
 use common::{BIN, BODY, Backend, Env, Reply, Server, new_key};
-use idemkey::store::PgDb;
-use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
-use idemkey_server::db::{AccountId, Db, PgPooler, PgSettings, TokenHash};
-use idemkey_server::idempotency::{RecordKey, StoredResponse};
-use idemkey_server::in_transaction::{Options, Outcome, pg_in_transaction};
-use idemkey_testkit::{PgBouncer, PgBouncerOptions};
+use idemkey_testkit::{BouncedDb, PgBouncer, PgBouncerOptions};
 
 /// Sends every request at once; the replies in completion order.
 async fn send_all(requests: Vec<reqwest::RequestBuilder>) -> Vec<Reply> {
@@ -44,23 +39,13 @@ fn bounced() -> Bounced {
 }
 
 fn bounced_with(role_timeouts: bool) -> Bounced {
-    let mut env = Env::new(Backend::Postgres);
-    if role_timeouts {
-        env.sql(&format!(
-            "ALTER ROLE postgres IN DATABASE \"{db}\" SET lock_timeout = '2s';
-             ALTER ROLE postgres IN DATABASE \"{db}\" SET statement_timeout = '5s';",
-            db = env.db
-        ));
-    }
-    let bouncer = PgBouncer::start_with(
-        env.cluster(),
-        PgBouncerOptions::new().pool_size(BOUNCER_POOL),
-    )
-    .expect("start pgbouncer");
-    let url = bouncer.url(&env.db);
     // `env.serve` connects through PgBouncer; `env.sql` stays direct.
-    env.url.clone_from(&url);
-    Bounced { env, bouncer, url }
+    let BouncedDb { db, bouncer } = BouncedDb::start(BOUNCER_POOL, role_timeouts);
+    Bounced {
+        url: db.url.clone(),
+        env: Env::from(db),
+        bouncer,
+    }
 }
 
 impl Bounced {
@@ -258,81 +243,6 @@ async fn the_layer_on_postgres_through_pgbouncer() {
     let replies = send_all((0..30).map(|i| echo(&format!("many-{i}"), "x")).collect()).await;
     assert!(replies.iter().all(|r| r.status == 201));
     assert_eq!(fixture.handler_runs().await, 31);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_transaction_through_pgbouncer() {
-    let b = bounced();
-    let settings = PgSettings {
-        pooler: PgPooler::Transaction,
-        pool_size: 6,
-        ..PgSettings::default()
-    };
-    let db = Db::open(&b.url, &settings).await.expect("open");
-    let account = db
-        .create_account("alice", TokenHash([7; 32]))
-        .await
-        .expect("account");
-    let Db::Postgres(pg) = db else {
-        panic!("a PostgreSQL URL opens PostgreSQL")
-    };
-    pg.pool()
-        .get()
-        .await
-        .expect("client")
-        .batch_execute("CREATE TABLE payments (id bigserial PRIMARY KEY, key text NOT NULL)")
-        .await
-        .expect("payments");
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..24 {
-        tasks.spawn(pay(PgDb::clone(&pg), account, format!("p-{}", i % 12)));
-    }
-    let outcomes = tasks.join_all().await;
-    let executed = outcomes
-        .iter()
-        .filter(|o| matches!(o, Outcome::Executed(_)))
-        .count();
-    let replayed = outcomes
-        .iter()
-        .filter(|o| matches!(o, Outcome::Replayed(_)))
-        .count();
-    // Same-key calls that overlap wait on the row lock and replay, or get
-    // 409 past the lock timeout; never a second payment.
-    assert_eq!(executed, 12, "{outcomes:?}");
-    assert_eq!(replayed + executed, 24, "{outcomes:?}");
-    assert_eq!(b.env.count("payments"), 12);
-}
-
-/// One payment through `pg_in_transaction`: the caller's `INSERT` and the
-/// key's record commit together.
-async fn pay(pg: PgDb, account: AccountId, key: String) -> Outcome {
-    let operation = OperationId::from_static("POST /payments:v1");
-    let record = RecordKey {
-        scope: account.scope(),
-        operation: operation.clone(),
-        key: IdempotencyKey::parse(format!("\"{key}\"").as_bytes(), KeyProfile::Lenient)
-            .expect("key"),
-    };
-    let fingerprint = Fingerprint::of_json(&operation, r#"{"cents":5}"#).expect("json");
-    let mut options = Options::new(Duration::from_secs(3600));
-    // SET LOCAL: transaction-scoped, so fine behind the pooler.
-    options.lock_timeout = Some(Duration::from_secs(2));
-    pg_in_transaction(&pg, &record, fingerprint, &options, |tx| {
-        Box::pin(async move {
-            // The caller's own statement, unnamed (a named one could meet
-            // another client's of the same name on the pooler's server
-            // connection).
-            tx.execute_typed(
-                "INSERT INTO payments (key) VALUES ($1)",
-                &[(&key, tokio_postgres::types::Type::TEXT)],
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-            Ok::<_, String>(StoredResponse::new(201, format!(r#"{{"key":"{key}"}}"#)))
-        })
-    })
-    .await
-    .expect("in_transaction")
 }
 
 /// `idemkey-server migrate` through `url` without `--pg-pooler`: it must

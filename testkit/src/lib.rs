@@ -73,6 +73,7 @@ mod figures;
 mod pgbouncer;
 mod provider_log;
 mod redis;
+mod store;
 mod tls;
 
 pub use clock::{SKEW_TOLERANCE_SECS, check_clock_skew, clock_offset_secs, faketime_offset_secs};
@@ -83,6 +84,9 @@ pub use provider_log::{
     request_log_violations,
 };
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
+pub use store::{
+    Backend, BouncedDb, RedisStore, TestDb, age_records, count_in_flight, count_records, eventually,
+};
 pub use tls::{PgTls, SERVER_NAME};
 
 /// Where Debian's PostgreSQL 15 server binaries live; the first place looked

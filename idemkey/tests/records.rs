@@ -4,23 +4,20 @@
 //! On PostgreSQL, also how the records sit in the table: a key's completion
 //! writes no index entry (a HOT update), and maintenance finds rows by when
 //! each is next due, rows that carry no such time included.
-//! Time passes the way the database sees it ([`common::age_records`]).
+//! Time passes the way the database sees it ([`age_records`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idemkey::Db;
-use idemkey::store::StoreSettings as PgSettings;
-use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, Stored};
-use idemkey_server::Settings;
-use idemkey_server::idempotency::{
+use idemkey::idempotency::{
     self, ClaimToken, Claimed, Done, Mode, NewClaim, Outcome, Policy, RecordKey, Records as _,
     Scope, Step, StoredResponse,
 };
-use idemkey_server::maintenance::trim_round;
-
-mod common;
-use common::{Backend, Env, RedisStore, age_records, eventually};
+use idemkey::maintenance::trim_round;
+use idemkey::store::StoreSettings as PgSettings;
+use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, Stored};
+use idemkey_testkit::{Backend, RedisStore, TestDb as Env, age_records, eventually};
 
 const OPERATION: OperationId = OperationId::from_static("http:v1");
 
@@ -190,22 +187,16 @@ async fn trim_shrinks_records_to_tombstones_then_to_nothing(backend: Backend) {
     db.claim(&key("abandoned"), &abandoned)
         .await
         .expect("claim");
-    let settings = Settings {
-        tombstone_ttl: Duration::from_secs(30 * 24 * 3600),
-        ..Settings::default()
-    };
+    // How long a key is remembered after creation.
+    let tombstone_ttl = Duration::from_secs(30 * 24 * 3600);
     let count = |sql: &str| env.sql(sql).parse::<u64>().expect("a count");
 
     // Inside the window nothing is due.
-    let report = trim_round(&db, settings.tombstone_ttl, 5, None)
-        .await
-        .expect("trim");
+    let report = trim_round(&db, tombstone_ttl, 5, None).await.expect("trim");
     assert_eq!((report.trimmed, report.deleted), (0, 0));
 
     age_records(&env.url, Duration::from_secs(2 * 3600)).await;
-    let report = trim_round(&db, settings.tombstone_ttl, 5, None)
-        .await
-        .expect("trim");
+    let report = trim_round(&db, tombstone_ttl, 5, None).await.expect("trim");
     assert_eq!((report.trimmed, report.deleted), (n, 0));
     assert_eq!(
         count(
@@ -215,10 +206,8 @@ async fn trim_shrinks_records_to_tombstones_then_to_nothing(backend: Backend) {
     );
     assert_eq!(count("SELECT count(*) FROM idempotency_records"), n + 1);
 
-    age_records(&env.url, settings.tombstone_ttl).await;
-    let report = trim_round(&db, settings.tombstone_ttl, 5, None)
-        .await
-        .expect("trim");
+    age_records(&env.url, tombstone_ttl).await;
+    let report = trim_round(&db, tombstone_ttl, 5, None).await.expect("trim");
     assert_eq!(report.deleted, n + 1, "tombstones and the abandoned claim");
     assert_eq!(count("SELECT count(*) FROM idempotency_records"), 0);
 }

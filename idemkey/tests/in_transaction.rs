@@ -1,4 +1,4 @@
-//! `idemkey_server::in_transaction` on both backends: a real PostgreSQL
+//! `idemkey::in_transaction` on both backends: a real PostgreSQL
 //! database from the testkit and a real SQLite file in a temporary
 //! directory. The caller's effect is a row in its own `payments` table,
 //! written inside the transaction the API opens.
@@ -9,16 +9,14 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use std::time::Duration;
 
-use idemkey::store::PgDb;
-use idemkey_core::{ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId};
-use idemkey_server::db::{AccountId, Db as AnyDb, PgSettings, TokenHash};
-use idemkey_server::idempotency::{RecordKey, StoredResponse};
-use idemkey_server::in_transaction::{
+use idemkey::Db as AnyDb;
+use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey::in_transaction::{
     Error, Options, Outcome, pg_in_transaction, sqlite_in_transaction_async,
 };
+use idemkey::store::{PgDb, StoreSettings as PgSettings};
+use idemkey_core::{ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 use idemkey_testkit::PgCluster;
-
-mod common;
 
 const TTL: Duration = Duration::from_secs(3600);
 
@@ -43,7 +41,7 @@ enum Db {
 struct Env {
     db: Db,
     url: String,
-    account: AccountId,
+    account: uuid::Uuid,
 }
 
 /// One call's record key and fingerprint.
@@ -80,10 +78,7 @@ async fn postgres() -> Env {
     let db = AnyDb::open(&database.url, &PgSettings::default())
         .await
         .expect("connect");
-    let account = db
-        .create_account("alice", TokenHash([1; 32]))
-        .await
-        .expect("account");
+    let account = uuid::Uuid::new_v4();
     let AnyDb::Postgres(store) = db else {
         panic!("a PostgreSQL URL opens PostgreSQL")
     };
@@ -109,10 +104,7 @@ async fn sqlite() -> Env {
     let store = AnyDb::open(&url, &PgSettings::default())
         .await
         .expect("open");
-    let account = store
-        .create_account("alice", TokenHash([1; 32]))
-        .await
-        .expect("account");
+    let account = uuid::Uuid::new_v4();
     open_sqlite(&path)
         .execute_batch(
             "CREATE TABLE payments (id INTEGER PRIMARY KEY, account_id TEXT NOT NULL, cents INTEGER NOT NULL)",
@@ -146,7 +138,7 @@ fn scope(env: &Env, key: &str, cents: u32) -> Call {
         Fingerprint::of_json(&operation, &format!(r#"{{"cents":{cents}}}"#)).expect("json");
     Call {
         key: RecordKey {
-            scope: env.account.scope(),
+            scope: Scope::account(env.account),
             operation,
             key: IdempotencyKey::parse(format!("\"{key}\"").as_bytes(), KeyProfile::Lenient)
                 .expect("key"),
@@ -188,7 +180,7 @@ async fn pay_with_status(
     delay: Duration,
     status: u16,
 ) -> Result<Outcome, Error<String>> {
-    let account = env.account.0;
+    let account = env.account;
     match &env.db {
         Db::Pg(store) => {
             pg_in_transaction(store, &call.key, call.fingerprint, &options, move |tx| {
@@ -344,7 +336,7 @@ async fn expiry_follows_the_policy(env: Env) {
         .await
         .expect("first");
     assert!(matches!(first, Outcome::Executed(_)));
-    common::age_records(&env.url, TTL).await;
+    idemkey_testkit::age_records(&env.url, TTL).await;
     let rejected = pay(&env, &s, options(), 500, false, NO_DELAY)
         .await
         .expect("reject");
@@ -420,7 +412,7 @@ async fn postgres_lock_timeout_is_409() {
         })
     };
     // The first call holds its claim in an open transaction.
-    common::eventually("the first call's transaction is open", async || {
+    idemkey_testkit::eventually("the first call's transaction is open", async || {
         open_transactions(&env.url).await >= 1
     })
     .await;

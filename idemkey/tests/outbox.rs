@@ -6,21 +6,18 @@
 //! takes a crashed worker's claim over after its lease (the database's
 //! clock), and dead-letters it when its attempts run out.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Backend, Env, eventually};
+use idemkey::Db;
+use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey::in_transaction::{Options, Outcome, pg_in_transaction, sqlite_in_transaction_async};
 use idemkey::outbox::{Delivery, Worker, WorkerSettings};
 use idemkey::outbox::{OutboxMessage, Settlement};
+use idemkey::store::StoreSettings as PgSettings;
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
-use idemkey_server::db::{AccountId, Db, PgSettings, TokenHash};
-use idemkey_server::idempotency::{RecordKey, StoredResponse};
-use idemkey_server::in_transaction::{
-    Options, Outcome, pg_in_transaction, sqlite_in_transaction_async,
-};
+use idemkey_testkit::{Backend, TestDb as Env, eventually};
 use parking_lot::Mutex;
 
 const OPERATION: OperationId = OperationId::from_static("POST /signups:v1");
@@ -29,22 +26,16 @@ fn backends() -> [Backend; 2] {
     [Backend::Postgres, Backend::Sqlite]
 }
 
-async fn open(env: &Env) -> (Db, AccountId) {
+async fn open(env: &Env) -> (Db, uuid::Uuid) {
     let db = Db::open(&env.url, &PgSettings::default())
         .await
         .expect("open");
-    let mut token = [0u8; 32];
-    token[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    let account = db
-        .create_account("library user", TokenHash(token))
-        .await
-        .expect("account");
-    (db, account)
+    (db, uuid::Uuid::new_v4())
 }
 
-fn record(account: AccountId, key: &str) -> RecordKey {
+fn record(account: uuid::Uuid, key: &str) -> RecordKey {
     RecordKey {
-        scope: account.scope(),
+        scope: Scope::account(account),
         operation: OPERATION,
         key: IdempotencyKey::parse(key.as_bytes(), KeyProfile::Lenient).expect("key"),
     }
@@ -63,7 +54,7 @@ async fn sign_up(db: &Db, key: &RecordKey, status: u16) -> Outcome {
             pg_in_transaction(pg, key, fingerprint, &options, move |tx| {
                 Box::pin(async move {
                     tx.enqueue(&key2, "welcome-mail", None, payload).await?;
-                    Ok::<_, idemkey_server::db::StoreError>(response)
+                    Ok::<_, idemkey::StoreError>(response)
                 })
             })
             .await
@@ -79,12 +70,13 @@ async fn sign_up(db: &Db, key: &RecordKey, status: u16) -> Outcome {
                 options,
                 move |tx| {
                     tx.enqueue(&key2, "welcome-mail", None, payload)?;
-                    Ok::<_, idemkey_server::db::StoreError>(response)
+                    Ok::<_, idemkey::StoreError>(response)
                 },
             )
             .await
             .expect("in_transaction")
         }
+        other => unreachable!("the outbox runs on PostgreSQL or SQLite, not {other:?}"),
     }
 }
 
@@ -146,7 +138,7 @@ async fn a_worker_sends_the_derived_key_and_looks_up_after_an_uncertain_attempt(
         sign_up(&db, &key, 201).await;
         let seen: Arc<Mutex<Vec<(String, bool, u32)>>> = Arc::default();
         let calls = Arc::clone(&seen);
-        let worker = Worker::new(db.store(), fast()).handle("welcome-mail", move |m| {
+        let worker = Worker::new(db.clone(), fast()).handle("welcome-mail", move |m| {
             let calls = Arc::clone(&calls);
             async move {
                 let mut calls = calls.lock();
@@ -168,7 +160,7 @@ async fn a_worker_sends_the_derived_key_and_looks_up_after_an_uncertain_attempt(
         // effect from another of the same key.
         let id = env.sql("SELECT id FROM outbox");
         let expected = idemkey_core::instance_downstream_key_of(
-            &account.0.to_string(),
+            &account.to_string(),
             OPERATION.as_str(),
             key.key.as_str(),
             "welcome-mail",
@@ -193,7 +185,7 @@ async fn a_refusal_fails_for_good_and_an_exhausted_budget_is_dead_until_retried(
         let env = Env::new(backend);
         let (db, account) = open(&env).await;
         sign_up(&db, &record(account, "refused"), 201).await;
-        let refusing = Worker::new(db.store(), fast()).handle("welcome-mail", |_| async {
+        let refusing = Worker::new(db.clone(), fast()).handle("welcome-mail", |_| async {
             Delivery::Refused("no such mailbox".into())
         });
         assert_eq!(refusing.run_once().await.expect("run"), 1);
@@ -204,7 +196,7 @@ async fn a_refusal_fails_for_good_and_an_exhausted_budget_is_dead_until_retried(
         assert_eq!(refusing.run_once().await.expect("run"), 0, "never again");
 
         sign_up(&db, &record(account, "down"), 201).await;
-        let down = Worker::new(db.store(), fast()).handle("welcome-mail", |_| async {
+        let down = Worker::new(db.clone(), fast()).handle("welcome-mail", |_| async {
             Delivery::Retry {
                 after: None,
                 reason: "503 from the mail API".into(),
@@ -221,11 +213,11 @@ async fn a_refusal_fails_for_good_and_an_exhausted_budget_is_dead_until_retried(
             "3|503 from the mail API",
             "{backend:?}"
         );
-        assert_eq!(db.store().outbox_stats().await.expect("stats").dead, 1);
+        assert_eq!(db.clone().outbox_stats().await.expect("stats").dead, 1);
         // An operator sends it back; it is delivered, looked up first.
         let day = Duration::from_secs(86_400);
         assert_eq!(
-            db.store()
+            db.clone()
                 .outbox_retry(None, day, false)
                 .await
                 .expect("retry")
@@ -234,7 +226,7 @@ async fn a_refusal_fails_for_good_and_an_exhausted_budget_is_dead_until_retried(
         );
         let looked_up = Arc::new(Mutex::new(None));
         let seen = Arc::clone(&looked_up);
-        let back = Worker::new(db.store(), fast()).handle("welcome-mail", move |m| {
+        let back = Worker::new(db.clone(), fast()).handle("welcome-mail", move |m| {
             *seen.lock() = Some((m.attempts, m.maybe_sent()));
             async { Delivery::Delivered("mail-2".into()) }
         });
@@ -256,14 +248,13 @@ async fn a_crashed_workers_claim_is_taken_over_after_its_lease_and_its_late_answ
         let effects = vec!["welcome-mail".to_owned()];
         // A worker claims it for 300 ms and dies.
         let crashed: Vec<OutboxMessage> = db
-            .store()
             .claim_outbox(&effects, 10, Duration::from_millis(300))
             .await
             .expect("claim");
         assert_eq!(crashed.len(), 1);
         // While the lease holds, nobody else gets it.
         assert!(
-            db.store()
+            db.clone()
                 .claim_outbox(&effects, 10, Duration::from_secs(10))
                 .await
                 .expect("claim")
@@ -273,7 +264,6 @@ async fn a_crashed_workers_claim_is_taken_over_after_its_lease_and_its_late_answ
         let mut taken = Vec::new();
         eventually("the lease ends", async || {
             taken = db
-                .store()
                 .claim_outbox(&effects, 10, Duration::from_secs(10))
                 .await
                 .expect("claim");
@@ -287,7 +277,7 @@ async fn a_crashed_workers_claim_is_taken_over_after_its_lease_and_its_late_answ
         };
         // The crashed worker's late answer does not count.
         assert!(
-            !db.store()
+            !db.clone()
                 .settle_outbox(&crashed[0], None, &delivered)
                 .await
                 .expect("settle")
@@ -296,7 +286,7 @@ async fn a_crashed_workers_claim_is_taken_over_after_its_lease_and_its_late_answ
             result: "mail-1".into(),
         };
         assert!(
-            db.store()
+            db.clone()
                 .settle_outbox(&taken[0], Some("k"), &mine)
                 .await
                 .expect("settle")
@@ -322,7 +312,7 @@ async fn two_workers_on_postgres_deliver_each_message_once_and_never_at_the_same
             Arc::clone(&delivered),
             Arc::clone(&overlaps),
         );
-        Worker::new(db.store(), fast()).handle("welcome-mail", move |m| {
+        Worker::new(db, fast()).handle("welcome-mail", move |m| {
             let (in_flight, delivered, overlaps) = (
                 Arc::clone(&in_flight),
                 Arc::clone(&delivered),
@@ -378,7 +368,7 @@ async fn a_huge_retry_after_waits_at_most_an_hour() {
         let env = Env::new(backend);
         let (db, account) = open(&env).await;
         sign_up(&db, &record(account, "busy"), 201).await;
-        let busy = Worker::new(db.store(), fast()).handle("welcome-mail", |_| async {
+        let busy = Worker::new(db.clone(), fast()).handle("welcome-mail", |_| async {
             Delivery::Retry {
                 after: Some(Duration::MAX),
                 reason: "503 with Retry-After: 99999999999".into(),

@@ -7,20 +7,19 @@
 //!
 //! Nothing here asserts a duration: only what happened before what.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Backend, Env, eventually};
+use idemkey::Db;
+use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
+use idemkey::in_transaction::{Options, pg_in_transaction, sqlite_in_transaction_async};
 use idemkey::outbox::{
     Delivery, OutboxMessage, OutboxMetrics, OutboxOutcome, Rate, Settlement, Worker, WorkerSettings,
 };
+use idemkey::store::StoreSettings as PgSettings;
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
-use idemkey_server::db::{AccountId, Db, PgSettings, TokenHash};
-use idemkey_server::idempotency::{RecordKey, StoredResponse};
-use idemkey_server::in_transaction::{Options, pg_in_transaction, sqlite_in_transaction_async};
+use idemkey_testkit::{Backend, TestDb as Env, eventually};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -32,23 +31,17 @@ fn backends() -> [Backend; 2] {
     [Backend::Postgres, Backend::Sqlite]
 }
 
-async fn open(env: &Env) -> (Db, AccountId) {
+async fn open(env: &Env) -> (Db, uuid::Uuid) {
     let db = Db::open(&env.url, &PgSettings::default())
         .await
         .expect("open");
-    let mut token = [0u8; 32];
-    token[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    let account = db
-        .create_account("library user", TokenHash(token))
-        .await
-        .expect("account");
-    (db, account)
+    (db, uuid::Uuid::new_v4())
 }
 
 /// Commits a sign-up under `key` with one message of `effect`.
-async fn enqueue(db: &Db, account: AccountId, key: &str, effect: &'static str) {
+async fn enqueue(db: &Db, account: uuid::Uuid, key: &str, effect: &'static str) {
     let key = RecordKey {
-        scope: account.scope(),
+        scope: Scope::account(account),
         operation: OPERATION,
         key: IdempotencyKey::parse(key.as_bytes(), KeyProfile::Lenient).expect("key"),
     };
@@ -62,7 +55,7 @@ async fn enqueue(db: &Db, account: AccountId, key: &str, effect: &'static str) {
             pg_in_transaction(pg, &key, fingerprint, &options, move |tx| {
                 Box::pin(async move {
                     tx.enqueue(&key2, effect, None, payload).await?;
-                    Ok::<_, idemkey_server::db::StoreError>(response)
+                    Ok::<_, idemkey::StoreError>(response)
                 })
             })
             .await
@@ -78,12 +71,13 @@ async fn enqueue(db: &Db, account: AccountId, key: &str, effect: &'static str) {
                 options,
                 move |tx| {
                     tx.enqueue(&key2, effect, None, payload)?;
-                    Ok::<_, idemkey_server::db::StoreError>(response)
+                    Ok::<_, idemkey::StoreError>(response)
                 },
             )
             .await
             .expect("in_transaction");
         }
+        other => unreachable!("the outbox runs on PostgreSQL or SQLite, not {other:?}"),
     }
 }
 
@@ -130,7 +124,7 @@ async fn a_batch_of_outcomes_is_settled_at_once_and_a_claim_taken_over_is_not_ov
     for backend in backends() {
         let env = Env::new(backend);
         let (db, account) = open(&env).await;
-        let store = db.store();
+        let store = db.clone();
         let effects = vec![MAIL.to_owned()];
         for key in ["delivered", "refused", "retried", "dead", "postponed"] {
             enqueue(&db, account, key, MAIL).await;
@@ -256,7 +250,7 @@ async fn a_slow_delivery_holds_only_itself() {
         let (waiting, done) = (Arc::clone(&gate), Arc::clone(&released));
         // Batches of 8, 16 in flight: the slow one is in the first batch,
         // the others in four more.
-        let worker = Worker::new(db.store(), settings(8, 16)).handle(MAIL, move |m| {
+        let worker = Worker::new(db.clone(), settings(8, 16)).handle(MAIL, move |m| {
             let (gate, released) = (Arc::clone(&waiting), Arc::clone(&done));
             async move {
                 if m.key == "slow" {
@@ -323,7 +317,7 @@ async fn a_retry_after_pauses_the_effects_new_sends_until_it_ends() {
             }
         };
         let metrics = Arc::new(OutboxMetrics::default());
-        let worker = Worker::new(db.store(), settings(16, 32))
+        let worker = Worker::new(db.clone(), settings(16, 32))
             .handle(MAIL, record(MAIL))
             .handle(SMS, record(SMS))
             .with_metrics(Arc::clone(&metrics));
@@ -395,7 +389,7 @@ async fn a_rate_limit_bounds_how_fast_an_effect_is_sent() {
         };
         let rate =
             Rate::per_second(PER_SECOND.try_into().unwrap()).with_burst(BURST.try_into().unwrap());
-        let worker = Worker::new(db.store(), settings(16, 32))
+        let worker = Worker::new(db.clone(), settings(16, 32))
             .handle(MAIL, record(MAIL))
             .handle(SMS, record(SMS))
             .rate_limit(MAIL, rate);
