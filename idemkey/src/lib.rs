@@ -138,7 +138,7 @@
 //! let users: i64 = store.with_conn(|c| Ok(c.query_row("SELECT count(*) FROM users", [], |r| r.get(0)))).await??;
 //! assert_eq!(users, 1);
 //!
-//! let worker = Worker::new(Db::Sqlite(store.clone()), WorkerSettings::default())
+//! let worker = Worker::new(Db::new(store.clone()), WorkerSettings::default())
 //!     .handle("welcome-mail", |message| async move {
 //!         // Send with `message.downstream_key()` so the mailer drops repeats.
 //!         assert_eq!(message.payload, r#"{"email":"ana@example.com"}"#);
@@ -180,7 +180,7 @@
 //! #     let mut file = self.0.clone().into_os_string(); file.push(end); std::fs::remove_file(file).ok(); } } }
 //! # let _remove = Remove(path.clone());
 //! let db = Db::open(&format!("sqlite://{}", path.display()), &StoreSettings::default()).await?;
-//! # let Db::Sqlite(lite) = &db else { unreachable!() };
+//! # let lite = db.backend_as::<idemkey::store::SqliteDb>().unwrap();
 //! # lite.with_conn(|c| Ok(c.execute_batch("CREATE TABLE stock (sku TEXT, n INT); INSERT INTO stock VALUES ('tea', 5)"))).await??;
 //! // `stock` is the application's table, in the same file; the charges are
 //! // another system's, by the key each attempt sent.

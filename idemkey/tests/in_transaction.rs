@@ -79,9 +79,10 @@ async fn postgres() -> Env {
         .await
         .expect("connect");
     let account = uuid::Uuid::new_v4();
-    let AnyDb::Postgres(store) = db else {
-        panic!("a PostgreSQL URL opens PostgreSQL")
-    };
+    let store = db
+        .backend_as::<PgDb>()
+        .expect("a PostgreSQL URL opens PostgreSQL")
+        .clone();
     let client = store.pool().get().await.expect("client");
     client
         .batch_execute(
@@ -110,9 +111,10 @@ async fn sqlite() -> Env {
             "CREATE TABLE payments (id INTEGER PRIMARY KEY, account_id TEXT NOT NULL, cents INTEGER NOT NULL)",
         )
         .expect("payments");
-    let AnyDb::Sqlite(store) = store else {
-        panic!("an SQLite URL opens SQLite")
-    };
+    let store = store
+        .backend_as::<idemkey::store::SqliteDb>()
+        .expect("an SQLite URL opens SQLite")
+        .clone();
     Env {
         db: Db::Sqlite {
             store: idemkey::store::SqliteDb::clone(&store),

@@ -16,6 +16,7 @@ use idemkey::in_transaction::{Options, Outcome, pg_in_transaction, sqlite_in_tra
 use idemkey::outbox::{Delivery, Worker, WorkerSettings};
 use idemkey::outbox::{OutboxMessage, Settlement};
 use idemkey::store::StoreSettings as PgSettings;
+use idemkey::store::{PgDb, SqliteDb};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
 use idemkey_testkit::{Backend, TestDb as Env, eventually};
 use parking_lot::Mutex;
@@ -48,35 +49,36 @@ async fn sign_up(db: &Db, key: &RecordKey, status: u16) -> Outcome {
     let options = Options::new(Duration::from_secs(3600));
     let payload = r#"{"to":"a@example.com"}"#;
     let response = StoredResponse::new(status, "{}");
-    match db {
-        Db::Postgres(pg) => {
-            let key2 = key.clone();
-            pg_in_transaction(pg, key, fingerprint, &options, move |tx| {
-                Box::pin(async move {
-                    tx.enqueue(&key2, "welcome-mail", None, payload).await?;
-                    Ok::<_, idemkey::StoreError>(response)
-                })
+    if let Some(pg) = db.backend_as::<PgDb>() {
+        let key2 = key.clone();
+        pg_in_transaction(pg, key, fingerprint, &options, move |tx| {
+            Box::pin(async move {
+                tx.enqueue(&key2, "welcome-mail", None, payload).await?;
+                Ok::<_, idemkey::StoreError>(response)
             })
-            .await
-            .expect("in_transaction")
-        }
-        Db::Sqlite(sqlite) => {
-            let key2 = key.clone();
-            sqlite_in_transaction_async(
-                sqlite,
-                sqlite.connection(),
-                key.clone(),
-                fingerprint,
-                options,
-                move |tx| {
-                    tx.enqueue(&key2, "welcome-mail", None, payload)?;
-                    Ok::<_, idemkey::StoreError>(response)
-                },
-            )
-            .await
-            .expect("in_transaction")
-        }
-        other => unreachable!("the outbox runs on PostgreSQL or SQLite, not {other:?}"),
+        })
+        .await
+        .expect("in_transaction")
+    } else if let Some(sqlite) = db.backend_as::<SqliteDb>() {
+        let key2 = key.clone();
+        sqlite_in_transaction_async(
+            sqlite,
+            sqlite.connection(),
+            key.clone(),
+            fingerprint,
+            options,
+            move |tx| {
+                tx.enqueue(&key2, "welcome-mail", None, payload)?;
+                Ok::<_, idemkey::StoreError>(response)
+            },
+        )
+        .await
+        .expect("in_transaction")
+    } else {
+        unreachable!(
+            "the outbox runs on PostgreSQL or SQLite, not {}",
+            db.backend()
+        )
     }
 }
 

@@ -18,6 +18,7 @@ use idemkey::outbox::{
     Delivery, OutboxMessage, OutboxMetrics, OutboxOutcome, Rate, Settlement, Worker, WorkerSettings,
 };
 use idemkey::store::StoreSettings as PgSettings;
+use idemkey::store::{PgDb, SqliteDb};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
 use idemkey_testkit::{Backend, TestDb as Env, eventually};
 use parking_lot::Mutex;
@@ -49,35 +50,36 @@ async fn enqueue(db: &Db, account: uuid::Uuid, key: &str, effect: &'static str) 
     let options = Options::new(Duration::from_secs(3600));
     let response = StoredResponse::new(201, "{}");
     let payload = r#"{"to":"a@example.com"}"#;
-    match db {
-        Db::Postgres(pg) => {
-            let key2 = key.clone();
-            pg_in_transaction(pg, &key, fingerprint, &options, move |tx| {
-                Box::pin(async move {
-                    tx.enqueue(&key2, effect, None, payload).await?;
-                    Ok::<_, idemkey::StoreError>(response)
-                })
+    if let Some(pg) = db.backend_as::<PgDb>() {
+        let key2 = key.clone();
+        pg_in_transaction(pg, &key, fingerprint, &options, move |tx| {
+            Box::pin(async move {
+                tx.enqueue(&key2, effect, None, payload).await?;
+                Ok::<_, idemkey::StoreError>(response)
             })
-            .await
-            .expect("in_transaction");
-        }
-        Db::Sqlite(sqlite) => {
-            let key2 = key.clone();
-            sqlite_in_transaction_async(
-                sqlite,
-                sqlite.connection(),
-                key,
-                fingerprint,
-                options,
-                move |tx| {
-                    tx.enqueue(&key2, effect, None, payload)?;
-                    Ok::<_, idemkey::StoreError>(response)
-                },
-            )
-            .await
-            .expect("in_transaction");
-        }
-        other => unreachable!("the outbox runs on PostgreSQL or SQLite, not {other:?}"),
+        })
+        .await
+        .expect("in_transaction");
+    } else if let Some(sqlite) = db.backend_as::<SqliteDb>() {
+        let key2 = key.clone();
+        sqlite_in_transaction_async(
+            sqlite,
+            sqlite.connection(),
+            key,
+            fingerprint,
+            options,
+            move |tx| {
+                tx.enqueue(&key2, effect, None, payload)?;
+                Ok::<_, idemkey::StoreError>(response)
+            },
+        )
+        .await
+        .expect("in_transaction");
+    } else {
+        unreachable!(
+            "the outbox runs on PostgreSQL or SQLite, not {}",
+            db.backend()
+        )
     }
 }
 

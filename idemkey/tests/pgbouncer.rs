@@ -29,9 +29,10 @@ async fn in_transaction_through_pgbouncer() {
     };
     let db = Db::open(&b.db.url, &settings).await.expect("open");
     let account = uuid::Uuid::new_v4();
-    let Db::Postgres(pg) = db else {
-        panic!("a PostgreSQL URL opens PostgreSQL")
-    };
+    let pg = db
+        .backend_as::<PgDb>()
+        .expect("a PostgreSQL URL opens PostgreSQL")
+        .clone();
     pg.pool()
         .get()
         .await
