@@ -45,8 +45,11 @@ pub mod maintenance;
 pub mod metrics;
 #[cfg(feature = "outbox")]
 pub mod outbox;
+#[cfg(feature = "axum")]
 pub mod problems;
+#[cfg(feature = "axum")]
 pub mod request_id;
+#[cfg(feature = "axum")]
 pub mod request_log;
 #[cfg(feature = "serve")]
 pub mod serve;

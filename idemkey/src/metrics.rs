@@ -29,23 +29,33 @@ use idemkey_core::OperationId;
 /// Which front end of the engine served a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FrontEnd {
-    /// `POST /orders`.
-    Orders,
     /// `in_transaction` (and a flow's start, which goes through it).
     InTransaction,
     /// `layer::IdempotencyLayer`.
     Layer,
+    /// A front end of the application's own (route code that drives the
+    /// engine itself), counted under the label it gives, e.g.
+    /// `FrontEnd::Named("checkout")`. The label should not be
+    /// `in_transaction` or `layer`, which name the library's own.
+    Named(&'static str),
 }
 
 impl FrontEnd {
-    const ALL: [Self; 3] = [Self::Orders, Self::InTransaction, Self::Layer];
-
     /// The `front_end` label value.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Self::Orders => "orders",
             Self::InTransaction => "in_transaction",
             Self::Layer => "layer",
+            Self::Named(label) => label,
+        }
+    }
+
+    /// The front end a `front_end` label value names.
+    const fn from_label(label: &'static str) -> Self {
+        match label.as_bytes() {
+            b"in_transaction" => Self::InTransaction,
+            b"layer" => Self::Layer,
+            _ => Self::Named(label),
         }
     }
 }
@@ -135,11 +145,8 @@ impl Metrics {
             .requests
             .snapshot()
             .into_iter()
-            .filter_map(|(operation, labels, n)| {
-                let front_end = FrontEnd::ALL
-                    .into_iter()
-                    .find(|f| f.as_str() == labels[0].1)?;
-                Some((front_end, operation, labels[1].1, n))
+            .map(|(operation, labels, n)| {
+                (FrontEnd::from_label(labels[0].1), operation, labels[1].1, n)
             })
             .collect();
         all.sort();
@@ -284,29 +291,32 @@ impl Family {
 fn find<'l>(list: &'l [Arc<Series>], statics: &[Static]) -> Option<&'l Arc<Series>> {
     list.iter().find(|s| s.statics == statics)
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idemkey_core::ORDER_OPERATION;
 
     #[test]
     fn outcomes_are_counted_per_front_end_and_operation() {
         let metrics = Metrics::default();
+        let checkout = OperationId::from_static("POST /checkouts:v1");
         let other = OperationId::from_static("http:v1");
-        metrics.count(FrontEnd::Orders, &ORDER_OPERATION, "executed");
-        metrics.count(FrontEnd::Orders, &ORDER_OPERATION, "executed");
+        metrics.count(FrontEnd::Named("checkout"), &checkout, "executed");
+        metrics.count(FrontEnd::Named("checkout"), &checkout, "executed");
         metrics.count(FrontEnd::Layer, &other, "replayed");
         assert_eq!(
-            metrics.counted(FrontEnd::Orders, &ORDER_OPERATION, "executed"),
+            metrics.counted(FrontEnd::Named("checkout"), &checkout, "executed"),
             2
         );
         assert_eq!(metrics.counted(FrontEnd::Layer, &other, "replayed"), 1);
         assert_eq!(metrics.counted(FrontEnd::Layer, &other, "executed"), 0);
-        assert!(metrics.snapshot().contains(&(
-            FrontEnd::Orders,
-            "POST /orders:v1".to_owned(),
+        let snapshot = metrics.snapshot();
+        assert!(snapshot.contains(&(
+            FrontEnd::Named("checkout"),
+            "POST /checkouts:v1".to_owned(),
             "executed",
             2
         )));
+        assert!(snapshot.contains(&(FrontEnd::Layer, "http:v1".to_owned(), "replayed", 1)));
     }
 }

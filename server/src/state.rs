@@ -92,7 +92,7 @@ impl AppState {
     pub fn new(db: Db, settings: Settings) -> Self {
         let metrics = Arc::new(idemkey::metrics::Metrics::default());
         metrics.register(
-            idemkey::metrics::FrontEnd::Orders,
+            crate::metrics::ORDERS_FRONT_END,
             &idemkey_core::ORDER_OPERATION,
         );
         metrics.register(
