@@ -1,10 +1,11 @@
-//! The engine's counters, by front end, operation and outcome, sent to the
-//! [`metrics`] facade **always**: with no recorder installed that is a
-//! no-op; with one (e.g. `metrics-exporter-prometheus`) the
-//! `idemkey_requests_total` series appear beside the service's own, with
-//! no call to the library. The counts are also kept in a [`Metrics`] a
-//! service may read back ([`Metrics::snapshot`]) to expose them its own
-//! way: the one it gives a front end, or [`Metrics::global`] by default.
+//! The engine's counters, by front end, operation and outcome, kept in a
+//! [`Metrics`] a service may read back ([`Metrics::snapshot`]) to expose
+//! them its own way: the one it gives a front end, or [`Metrics::global`]
+//! by default. With the `metrics` feature they are also sent to the
+//! `metrics` facade: with no recorder installed that is a no-op; with one
+//! (e.g. `metrics-exporter-prometheus`) the `idemkey_requests_total` series
+//! appear beside the service's own, with no call to the library. Without
+//! the feature the facade is not compiled (two crates fewer).
 //!
 //! Outcomes are the engine's [`Outcome`](crate::idempotency::Outcome)
 //! labels (`executed`, `released`, `replayed`, `reused`, `in_progress`,
@@ -155,6 +156,7 @@ impl Metrics {
 }
 
 /// Where the facade's handles are registered from.
+#[cfg(feature = "metrics")]
 static METADATA: ::metrics::Metadata<'static> =
     ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
 
@@ -164,6 +166,9 @@ pub(crate) type Static = (&'static str, &'static str);
 /// One counter's series by one label known only at run time (an
 /// operation, an effect) and labels known at compile time (a front end,
 /// an outcome).
+// The names and the label's place are the facade's; without it they are
+// only shown by `Debug`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct Family {
     name: &'static str,
     dynamic: &'static str,
@@ -181,9 +186,11 @@ impl std::fmt::Debug for Family {
 /// One label set's count and the facade's handle for it.
 struct Series {
     statics: Vec<Static>,
+    #[cfg(feature = "metrics")]
     key: ::metrics::Key,
     count: AtomicU64,
     /// The handle, and the address of the recorder it came from.
+    #[cfg(feature = "metrics")]
     handle: ArcSwap<(usize, ::metrics::Counter)>,
 }
 
@@ -191,6 +198,7 @@ impl Series {
     /// Adds `n` here and to the recorder in use now.
     fn add(&self, n: u64) {
         self.count.fetch_add(n, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
         ::metrics::with_recorder(|recorder| {
             let id = std::ptr::from_ref(recorder).cast::<()>() as usize;
             let handle = self.handle.load();
@@ -253,18 +261,24 @@ impl Family {
     }
 
     fn make(&self, dynamic: &str, statics: &[Static]) -> Series {
+        #[cfg(not(feature = "metrics"))]
+        let _ = dynamic;
+        #[cfg(feature = "metrics")]
         let mut labels: Vec<::metrics::Label> = statics
             .iter()
             .map(|&(k, v)| ::metrics::Label::from_static_parts(k, v))
             .collect();
+        #[cfg(feature = "metrics")]
         labels.insert(
             self.dynamic_at.min(labels.len()),
             ::metrics::Label::new(self.dynamic, dynamic.to_owned()),
         );
         Series {
             statics: statics.to_vec(),
+            #[cfg(feature = "metrics")]
             key: ::metrics::Key::from_parts(self.name, labels),
             count: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
             handle: ArcSwap::from_pointee((0, ::metrics::Counter::noop())),
         }
     }
