@@ -16,7 +16,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use idemkey::metrics::{FrontEnd, OutcomeLabel};
+use idemkey::metrics::OutcomeLabel;
 use idemkey::outbox::OutboxStats;
 use idemkey_core::ORDER_OPERATION;
 use prometheus_client::encoding::prometheus_text::encode;
@@ -26,7 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use prometheus_client::registry::Registry;
 
-use crate::state::AppState;
+use crate::state::{AppState, ORDERS_FRONT_END};
 
 /// Media type of the exposition format.
 pub const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -36,10 +36,6 @@ const OUTBOX_STATS_WAIT: Duration = Duration::from_millis(500);
 
 /// Labels of one series, in the order they are written.
 type Labels = Vec<(&'static str, String)>;
-
-/// The `front_end` label of `POST /orders`: the order route drives the
-/// engine itself, a front end of this application's own.
-pub const ORDERS_FRONT_END: FrontEnd = FrontEnd::Named("orders");
 
 /// Middleware: counts every `POST /orders` by the outcome its route tagged
 /// the response with, and its latency.

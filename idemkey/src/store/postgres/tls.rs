@@ -29,8 +29,11 @@ use tokio_postgres::config::Host;
 
 use super::conninfo;
 
+mod mode;
 #[cfg(feature = "postgres-tls")]
 mod verify;
+
+use mode::SslMode;
 
 /// The connector the pool opens connections with.
 #[cfg(feature = "postgres-tls")]
@@ -38,56 +41,6 @@ pub(super) type Connector = tokio_postgres_rustls::MakeRustlsConnect;
 /// The connector the pool opens connections with: plaintext only.
 #[cfg(not(feature = "postgres-tls"))]
 pub(super) type Connector = tokio_postgres::NoTls;
-
-/// libpq's `sslmode` values that idemkey supports (all but `allow`, which
-/// tries plaintext first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum SslMode {
-    /// Plaintext only.
-    Disable,
-    /// TLS when the server offers it (libpq's default).
-    Prefer,
-    /// TLS or no connection; the certificate is checked only against roots
-    /// that are known (see the module docs).
-    Require,
-    /// TLS, and the certificate chains to a trusted root.
-    VerifyCa,
-    /// [`SslMode::VerifyCa`], and the certificate names the host connected to.
-    VerifyFull,
-}
-
-impl SslMode {
-    fn parse(value: &str) -> Result<Self, String> {
-        Ok(match value {
-            "disable" => Self::Disable,
-            "prefer" => Self::Prefer,
-            "require" => Self::Require,
-            "verify-ca" => Self::VerifyCa,
-            "verify-full" => Self::VerifyFull,
-            "allow" => {
-                return Err(
-                    "sslmode=allow is not supported: use prefer, require, verify-ca or verify-full"
-                        .into(),
-                );
-            }
-            other => {
-                return Err(format!(
-                    "invalid sslmode {other:?}: use disable, prefer, require, verify-ca or verify-full"
-                ));
-            }
-        })
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Disable => "disable",
-            Self::Prefer => "prefer",
-            Self::Require => "require",
-            Self::VerifyCa => "verify-ca",
-            Self::VerifyFull => "verify-full",
-        }
-    }
-}
 
 /// Parses a PostgreSQL URL (`postgres://…` or `key=value …`) with its
 /// `sslmode` and `sslrootcert`: the tokio-postgres configuration and the
@@ -136,7 +89,7 @@ pub(super) fn configure(url: &str) -> Result<(tokio_postgres::Config, Connector)
 /// which feature the URL needs.
 #[cfg(not(feature = "postgres-tls"))]
 mod verify {
-    use super::SslMode;
+    use super::mode::SslMode;
 
     pub(super) fn connector(
         mode: SslMode,

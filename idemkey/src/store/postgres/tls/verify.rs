@@ -13,7 +13,7 @@ use rustls::server::ParsedCertificate;
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::SslMode;
+use super::mode::SslMode;
 
 /// The connector that enforces `mode`, with the roots `sslrootcert` names
 /// (read now, so a missing file fails at start-up, not at first use).
