@@ -19,3 +19,13 @@ cargo test -q -p idemkey --no-default-features --features postgres --lib -- stor
 # tests): it must keep building.
 echo "idemkey-server --features [without-payments]"
 cargo clippy -q -p idemkey-server --features without-payments -- -D warnings
+# The order service's default build (its release binary) does not link the
+# payment provider simulator: only the `provider-sim` feature (the demo,
+# the tests, the fault suite) brings it.
+if cargo tree -q -p idemkey-server -e normal --prefix none --format '{p}' | grep -q '^idemkey-provider-sim '; then
+    echo "12-feature-sets.sh: FAILED: idemkey-server's default build depends on idemkey-provider-sim" >&2
+    exit 1
+fi
+cargo tree -q -p idemkey-server -e normal --features provider-sim --prefix none --format '{p}' | grep -q '^idemkey-provider-sim ' ||
+    { echo "12-feature-sets.sh: FAILED: the provider-sim feature does not bring the simulator: is the check looking at the right tree?" >&2; exit 1; }
+echo "idemkey-server: the default build has no provider simulator"
