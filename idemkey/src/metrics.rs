@@ -84,7 +84,7 @@ pub const OUTCOMES: [&str; 9] = [
 pub const REQUESTS: &str = "idemkey_requests_total";
 
 /// Request counts by front end, operation and outcome, each also sent to
-/// the [`metrics`] facade as [`REQUESTS`].
+/// the `metrics` facade (with that feature) as [`REQUESTS`].
 #[derive(Debug)]
 pub struct Metrics {
     requests: Family,
