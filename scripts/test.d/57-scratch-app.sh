@@ -222,7 +222,7 @@ done
 for wanted in idemkey idemkey-core tokio-postgres axum; do
     grep -qx "$wanted" <<<"$TREE" || fail "the dependency tree lacks $wanted: is the check looking at the right tree?"
 done
-echo "dependency tree: $(wc -l <<<"$TREE") packages; no rusqlite, redis, clap or reqwest"
+echo "dependency tree: $(wc -l <<<"$TREE") packages; no rusqlite, redis, clap, reqwest or rustls"
 
 # ---- a TLS URL on a build without TLS -----------------------------------------
 
