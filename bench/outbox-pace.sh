@@ -17,7 +17,7 @@
 # worker and the order database take their CPU from the simulator, so "worker rate / provider
 # capacity" measures the box; split, it measures whether the worker keeps the provider busy.
 #   bench/outbox-pace.sh [ORDER_SECONDS=8] [MIX_SECONDS=60]
-# Env: BIN (idemkey-server), BEFORE_BIN (the baseline; empty: skip it), PG (idemkey-pg), W (work
+# Env: BIN (idemkey-server, built with --features provider-sim), BEFORE_BIN (the baseline; empty: skip it), PG (idemkey-pg), W (work
 # dir), NICE (e.g. -20: every process at that priority), DRAIN_MAX (s, 120), SKIP_MIX=1,
 # MIX_TARGETS ("sim": the mixed runs' providers, any of "sink sim"),
 # MESSAGES (15000: the worker rounds' messages, topped up from the orders'), AFTER_FLAGS (more

@@ -5,7 +5,7 @@
 # alternating rounds. Each round sends every message back to pending and empties the provider,
 # so every round makes every charge for real. Prints one RESULT line per run and the medians.
 #   bench/outbox.sh [ROUNDS=3] [ORDER_SECONDS=3]
-# Env: BIN (idemkey-server), PG (idemkey-pg), W (work dir), BATCH (--outbox-batch, 16).
+# Env: BIN (idemkey-server, built with --features provider-sim), PG (idemkey-pg), W (work dir), BATCH (--outbox-batch, 16).
 # Starts and stops only its own processes, by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."

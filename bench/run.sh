@@ -107,7 +107,7 @@ command -v wrk >/dev/null || { apt-get update -qq; apt-get install -y -qq wrk; }
 CHART=${CHART:-1}
 if [ "$CHART" = 1 ]; then "$PY" -c 'import matplotlib' 2>/dev/null || "$PY" -m pip install -q matplotlib; fi
 log "build idemkey-server (release) and the core's benches"
-[ -n "$SERVER_GIVEN" ] || (cd "$ROOT" && cargo build -q --release -p idemkey-server --bin idemkey-server)
+[ -n "$SERVER_GIVEN" ] || (cd "$ROOT" && cargo build -q --release -p idemkey-server --bin idemkey-server --features provider-sim)
 # The second generator (bench/loadgen): every request timed from its own send to its own answer.
 # LOADGEN=PATH runs a prebuilt one (the test command's smoke gives its debug build).
 if [ "$GEN2" = 1 ] && [ -z "${LOADGEN:-}" ]; then (cd "$ROOT" && cargo build -q --release -p idemkey-loadgen); fi

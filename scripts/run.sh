@@ -23,7 +23,7 @@ if ! command -v npm >/dev/null 2>&1 && [[ $EUID -eq 0 ]] && command -v apt-get >
     apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm
 fi
 ./wasm/build.sh
-cargo build --release -p idemkey-server --bin idemkey-server
+cargo build --release -p idemkey-server --bin idemkey-server --features provider-sim
 bin="$CARGO_TARGET_DIR/release/idemkey-server"
 
 pids=()

@@ -115,6 +115,16 @@ print(" ".join(["component:" + c for c in t.get("components", [])] + ["target:" 
         cargo fuzz --version
     fi
 
+    # The semver check (scripts/test.d/59-semver.sh) against the last
+    # release's revision (semver-baseline.toml). Installed once; a few
+    # minutes to build, skipped when present.
+    if [[ -f semver-baseline.toml ]]; then
+        if ! cargo semver-checks --version >/dev/null 2>&1; then
+            cargo install cargo-semver-checks --version '^0.51' --locked
+        fi
+        cargo semver-checks --version
+    fi
+
     # libfaketime: the clock-skew tests run a server whose clock is off.
     if [[ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]]; then
         if [[ $EUID -eq 0 ]] && have apt-get; then
@@ -188,7 +198,7 @@ check_fmt() {
 # these arguments do not build).
 TEST_FEATURES=(
     --features idemkey-server/test-faults
-    --features idemkey/postgres,idemkey/sqlite,idemkey/redis,idemkey/layer,idemkey/outbox,idemkey/flow,idemkey/serve,idemkey/clap
+    --features idemkey/postgres,idemkey/sqlite,idemkey/redis,idemkey/layer,idemkey/outbox,idemkey/flow,idemkey/serve,idemkey/clap,idemkey/sqlx-postgres,idemkey/postgres-tls,idemkey/axum,idemkey/metrics
 )
 # A filter (-E) that matches no test fails the run: a renamed package or
 # test must not turn a step into one that runs nothing.

@@ -66,7 +66,7 @@ fn lenient_bare_pattern() -> String {
     format!(r"[\x21\x23-\x2B\x2D-\x3A\x3C-\x7E]{{1,{MAX_KEY_LEN}}}")
 }
 
-/// RFC 9651 parameters (`;name=value`, section 3.1.2) as the `sfv` parser
+/// RFC 9651 parameters (`;name=value`, section 3.1.2) as `parse_sf_string`
 /// reads them: any number of them, each with any bare item as its value.
 fn sf_parameters_pattern() -> String {
     let key = r"[a-z\x2A][a-z0-9_\x2D\x2E\x2A]*";
@@ -336,17 +336,196 @@ fn trim_ows(value: &[u8]) -> &[u8] {
 }
 
 /// An Item whose bare item is a String; parameters are parsed and ignored.
+/// RFC 9651's Item grammar (sections 3.3 and 4.2), written here rather than
+/// taken from a Structured Fields crate: the key is the one field the
+/// library parses, and a crate would cost every user six. The grammar it
+/// accepts is exactly [`KeyProfile::field_value_pattern`]'s (a test holds
+/// the two together).
 fn parse_sf_string(value: &[u8]) -> Result<String, KeyError> {
     let value = trim_ows(value);
     if value.is_empty() {
         return Err(KeyError::Empty);
     }
-    let item: sfv::Item = sfv::Parser::new(value)
-        .parse()
-        .map_err(|_| KeyError::Syntax)?;
-    match item.bare_item {
-        sfv::BareItem::String(s) => Ok(s.as_str().to_owned()),
-        _ => Err(KeyError::Syntax),
+    let mut cursor = Cursor { rest: value };
+    let key = cursor.string().ok_or(KeyError::Syntax)?;
+    while !cursor.rest.is_empty() {
+        cursor.parameter().ok_or(KeyError::Syntax)?;
+    }
+    Ok(key)
+}
+
+/// What is left of a Structured Field value being parsed.
+struct Cursor<'a> {
+    rest: &'a [u8],
+}
+
+impl Cursor<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.rest.first().copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> bool {
+        let found = self.peek() == Some(byte);
+        if found {
+            self.rest = &self.rest[1..];
+        }
+        found
+    }
+
+    /// Takes the longest run (up to `max`) of bytes `ok` admits; its length.
+    fn run(&mut self, max: usize, ok: impl Fn(u8) -> bool) -> usize {
+        let n = self.rest.iter().take(max).take_while(|b| ok(**b)).count();
+        self.rest = &self.rest[n..];
+        n
+    }
+
+    /// An sf-string: `"`, printable ASCII with `\"` and `\\` escaped, `"`.
+    fn string(&mut self) -> Option<String> {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let mut out = String::new();
+        loop {
+            let b = self.peek()?;
+            self.rest = &self.rest[1..];
+            match b {
+                b'"' => return Some(out),
+                b'\\' => {
+                    let escaped = self.peek().filter(|e| matches!(e, b'"' | b'\\'))?;
+                    self.rest = &self.rest[1..];
+                    out.push(char::from(escaped));
+                }
+                0x20..=0x7e => out.push(char::from(b)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// `;`, spaces, a key and, optionally, `=` and a bare item.
+    fn parameter(&mut self) -> Option<()> {
+        if !self.eat(b';') {
+            return None;
+        }
+        self.run(usize::MAX, |b| b == b' ');
+        if !matches!(self.peek(), Some(b'a'..=b'z' | b'*')) {
+            return None;
+        }
+        self.run(
+            usize::MAX,
+            |b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' | b'*'),
+        );
+        if self.eat(b'=') {
+            self.bare_item()?;
+        }
+        Some(())
+    }
+
+    fn bare_item(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'?' => {
+                self.rest = &self.rest[1..];
+                (self.run(1, |b| matches!(b, b'0' | b'1')) == 1).then_some(())
+            }
+            b'"' => self.string().map(drop),
+            b':' => self.byte_sequence(),
+            b'@' => {
+                self.rest = &self.rest[1..];
+                self.eat(b'-');
+                (self.run(15, |b| b.is_ascii_digit()) > 0).then_some(())
+            }
+            b'%' => self.display_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'*' => {
+                self.run(usize::MAX, |b| {
+                    b.is_ascii_alphanumeric()
+                        || matches!(
+                            b,
+                            b'!' | b'#'
+                                ..=b'\''
+                                    | b'*'
+                                    | b'+'
+                                    | b'-'
+                                    | b'.'
+                                    | b'^'
+                                    | b'_'
+                                    | b'`'
+                                    | b'|'
+                                    | b'~'
+                                    | b':'
+                                    | b'/'
+                        )
+                });
+                Some(())
+            }
+            _ => self.number(),
+        }
+    }
+
+    /// `-?` then 1 to 15 digits, or 1 to 12 digits, `.`, 1 to 3 digits.
+    fn number(&mut self) -> Option<()> {
+        self.eat(b'-');
+        let int = self.run(16, |b| b.is_ascii_digit());
+        if int == 0 {
+            return None;
+        }
+        if self.eat(b'.') {
+            let frac = self.run(4, |b| b.is_ascii_digit());
+            (int <= 12 && (1..=3).contains(&frac)).then_some(())
+        } else {
+            (int <= 15).then_some(())
+        }
+    }
+
+    /// `:`, base64 (padding optional, only at the end), `:`.
+    fn byte_sequence(&mut self) -> Option<()> {
+        self.rest = &self.rest[1..];
+        let data = self.run(usize::MAX, |b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/')
+        });
+        let pad = self.run(2, |b| b == b'=');
+        let ok = match data % 4 {
+            0 => pad == 0,
+            2 => pad <= 2,
+            3 => pad <= 1,
+            _ => false,
+        };
+        (ok && self.eat(b':')).then_some(())
+    }
+
+    /// `%"`, printable ASCII but `"` and `%`, or `%xx` runs (lowercase hex)
+    /// that decode to valid UTF-8, then `"`.
+    fn display_string(&mut self) -> Option<()> {
+        self.rest = &self.rest[1..];
+        if !self.eat(b'"') {
+            return None;
+        }
+        let mut bytes = Vec::new();
+        loop {
+            match self.peek()? {
+                b'"' => {
+                    self.rest = &self.rest[1..];
+                    return std::str::from_utf8(&bytes).is_ok().then_some(());
+                }
+                b'%' => {
+                    let hex = |b: u8| match b {
+                        b'0'..=b'9' => Some(b - b'0'),
+                        b'a'..=b'f' => Some(b - b'a' + 10),
+                        _ => None,
+                    };
+                    let (hi, lo) = (hex(*self.rest.get(1)?)?, hex(*self.rest.get(2)?)?);
+                    bytes.push(hi << 4 | lo);
+                    self.rest = &self.rest[3..];
+                }
+                b @ 0x20..=0x7e => {
+                    // A run of escapes must be whole UTF-8 before plain text.
+                    if std::str::from_utf8(&bytes).is_err() {
+                        return None;
+                    }
+                    bytes.push(b);
+                    self.rest = &self.rest[1..];
+                }
+                _ => return None,
+            }
+        }
     }
 }
 

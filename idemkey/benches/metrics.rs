@@ -89,7 +89,7 @@ fn counting(c: &mut Criterion, recorder: &str) {
         g.bench_function(format!("replay/{threads}"), |b| {
             b.iter_custom(|iters| {
                 counted(threads, iters, &|| {
-                    metrics.count(FrontEnd::Orders, black_box(&OPERATION), "replayed");
+                    metrics.count(FrontEnd::Named("orders"), black_box(&OPERATION), "replayed");
                 })
             });
         });

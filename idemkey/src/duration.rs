@@ -85,21 +85,37 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 /// RFC 3339 in UTC with milliseconds, e.g. `2026-12-02T17:49:54.123Z`.
+/// Written here (the proleptic Gregorian calendar from days since the
+/// epoch) rather than taken from a date crate: this is the library's only
+/// date, and a dependency would cost every user five crates.
 pub fn rfc3339(t: idemkey_core::UnixMillis) -> String {
-    let nanos = i128::from(t.0) * 1_000_000;
-    match time::OffsetDateTime::from_unix_timestamp_nanos(nanos) {
-        Ok(dt) => format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-            dt.year(),
-            u8::from(dt.month()),
-            dt.day(),
-            dt.hour(),
-            dt.minute(),
-            dt.second(),
-            dt.millisecond()
-        ),
-        Err(_) => "9999-12-31T23:59:59.999Z".to_owned(),
-    }
+    // Past year 9999 RFC 3339 has no form: clamp to its last instant.
+    const MAX_MILLIS: u64 = 253_402_300_799_999;
+    let millis = t.0.min(MAX_MILLIS);
+    let (days, in_day) = (millis / 86_400_000, millis % 86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1_000 % 60,
+        in_day % 1_000
+    )
+}
+
+/// The date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`,
+/// for days on or after the epoch).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
 }
 
 /// Milliseconds since the epoch as a [`SystemTime`].
@@ -149,5 +165,19 @@ mod tests {
             rfc3339(UnixMillis(1_764_700_000_123)),
             "2025-12-02T18:26:40.123Z"
         );
+    }
+
+    #[test]
+    fn rfc3339_knows_leap_days_and_clamps_past_year_9999() {
+        // Expected values from `date -u -d @SECONDS`.
+        for (secs, text) in [
+            (951_782_400, "2000-02-29T00:00:00.000Z"),
+            (1_709_164_800, "2024-02-29T00:00:00.000Z"),
+            (4_107_542_399, "2100-02-28T23:59:59.000Z"),
+            (253_402_300_799, "9999-12-31T23:59:59.000Z"),
+        ] {
+            assert_eq!(rfc3339(UnixMillis(secs * 1_000)), text, "{secs}");
+        }
+        assert_eq!(rfc3339(UnixMillis(u64::MAX)), "9999-12-31T23:59:59.999Z");
     }
 }

@@ -18,7 +18,15 @@
 //! | one key for an operation of several steps in several systems, each step once, retries resuming | `flow::Flows` | `flow` + `postgres` or `sqlite` |
 //!
 //! `serve` adds a connection-capped accept loop, `clap` the settings'
-//! `ValueEnum`s.
+//! `ValueEnum`s. A user pays only for what they turn on: the engine, the
+//! stores and `in_transaction` compile without axum, hyper and tower;
+//! `axum` adds the `IntoResponse` conveniences and middleware (`layer`
+//! turns it on); `metrics` sends the counters to the `metrics` facade;
+//! `postgres-tls` adds TLS to PostgreSQL. TLS is opt-in, as in sqlx: it is
+//! 17 crates a database on a private network or a socket does not need,
+//! and a TLS URL (`sslmode=require` and up) on a build without it is
+//! refused with an error that names the feature. The README's "What it
+//! costs to add" counts the crates.
 //!
 //! The library migrates only its own tables (`idempotency_records`,
 //! `outbox` and the step journal with those features), optionally under a prefix
@@ -241,8 +249,11 @@ pub mod maintenance;
 pub mod metrics;
 #[cfg(feature = "outbox")]
 pub mod outbox;
+#[cfg(feature = "axum")]
 pub mod problems;
+#[cfg(feature = "axum")]
 pub mod request_id;
+#[cfg(feature = "axum")]
 pub mod request_log;
 #[cfg(feature = "serve")]
 pub mod serve;

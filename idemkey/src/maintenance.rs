@@ -17,8 +17,8 @@ use crate::store::StoreError;
 /// One round: trims and deletes in batches until a batch comes back short
 /// (fewer rows than the batch on each count and in all), so the backlog cannot outgrow the task however fast keys
 /// arrive; stops early (between batches) when `stop` turns true.
-/// `retention` is how long a key is remembered after its creation (the
-/// order service's `--tombstone-ttl`), and an abandoned claim after its
+/// `retention` is how long a key is remembered after its creation (the Layer's
+/// `retention`), and an abandoned claim after its
 /// lease.
 pub async fn trim_round<R: Records>(
     db: &R,
@@ -45,7 +45,7 @@ pub async fn trim_round<R: Records>(
 }
 
 /// Runs [`trim_round`] every `interval` until `stop` turns true or its
-/// sender is dropped (the order service at shutdown; the idempotency
+/// sender is dropped (the application at shutdown; the idempotency
 /// layer when its last service is dropped).
 pub async fn run<R: Records>(
     db: R,

@@ -1,10 +1,11 @@
-//! The engine's counters, by front end, operation and outcome, sent to the
-//! [`metrics`] facade **always**: with no recorder installed that is a
-//! no-op; with one (e.g. `metrics-exporter-prometheus`) the
-//! `idemkey_requests_total` series appear beside the service's own, with
-//! no call to the library. The counts are also kept in a [`Metrics`] a
-//! service may read back ([`Metrics::snapshot`]) to expose them its own
-//! way: the one it gives a front end, or [`Metrics::global`] by default.
+//! The engine's counters, by front end, operation and outcome, kept in a
+//! [`Metrics`] a service may read back ([`Metrics::snapshot`]) to expose
+//! them its own way: the one it gives a front end, or [`Metrics::global`]
+//! by default. With the `metrics` feature they are also sent to the
+//! `metrics` facade: with no recorder installed that is a no-op; with one
+//! (e.g. `metrics-exporter-prometheus`) the `idemkey_requests_total` series
+//! appear beside the service's own, with no call to the library. Without
+//! the feature the facade is not compiled (two crates fewer).
 //!
 //! Outcomes are the engine's [`Outcome`](crate::idempotency::Outcome)
 //! labels (`executed`, `released`, `replayed`, `reused`, `in_progress`,
@@ -29,23 +30,33 @@ use idemkey_core::OperationId;
 /// Which front end of the engine served a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FrontEnd {
-    /// `POST /orders`.
-    Orders,
     /// `in_transaction` (and a flow's start, which goes through it).
     InTransaction,
     /// `layer::IdempotencyLayer`.
     Layer,
+    /// A front end of the application's own (route code that drives the
+    /// engine itself), counted under the label it gives, e.g.
+    /// `FrontEnd::Named("checkout")`. The label should not be
+    /// `in_transaction` or `layer`, which name the library's own.
+    Named(&'static str),
 }
 
 impl FrontEnd {
-    const ALL: [Self; 3] = [Self::Orders, Self::InTransaction, Self::Layer];
-
     /// The `front_end` label value.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Self::Orders => "orders",
             Self::InTransaction => "in_transaction",
             Self::Layer => "layer",
+            Self::Named(label) => label,
+        }
+    }
+
+    /// The front end a `front_end` label value names.
+    const fn from_label(label: &'static str) -> Self {
+        match label.as_bytes() {
+            b"in_transaction" => Self::InTransaction,
+            b"layer" => Self::Layer,
+            _ => Self::Named(label),
         }
     }
 }
@@ -73,7 +84,7 @@ pub const OUTCOMES: [&str; 9] = [
 pub const REQUESTS: &str = "idemkey_requests_total";
 
 /// Request counts by front end, operation and outcome, each also sent to
-/// the [`metrics`] facade as [`REQUESTS`].
+/// the `metrics` facade (with that feature) as [`REQUESTS`].
 #[derive(Debug)]
 pub struct Metrics {
     requests: Family,
@@ -135,11 +146,8 @@ impl Metrics {
             .requests
             .snapshot()
             .into_iter()
-            .filter_map(|(operation, labels, n)| {
-                let front_end = FrontEnd::ALL
-                    .into_iter()
-                    .find(|f| f.as_str() == labels[0].1)?;
-                Some((front_end, operation, labels[1].1, n))
+            .map(|(operation, labels, n)| {
+                (FrontEnd::from_label(labels[0].1), operation, labels[1].1, n)
             })
             .collect();
         all.sort();
@@ -148,6 +156,7 @@ impl Metrics {
 }
 
 /// Where the facade's handles are registered from.
+#[cfg(feature = "metrics")]
 static METADATA: ::metrics::Metadata<'static> =
     ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
 
@@ -157,6 +166,9 @@ pub(crate) type Static = (&'static str, &'static str);
 /// One counter's series by one label known only at run time (an
 /// operation, an effect) and labels known at compile time (a front end,
 /// an outcome).
+// The names and the label's place are the facade's; without it they are
+// only shown by `Debug`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct Family {
     name: &'static str,
     dynamic: &'static str,
@@ -174,9 +186,11 @@ impl std::fmt::Debug for Family {
 /// One label set's count and the facade's handle for it.
 struct Series {
     statics: Vec<Static>,
+    #[cfg(feature = "metrics")]
     key: ::metrics::Key,
     count: AtomicU64,
     /// The handle, and the address of the recorder it came from.
+    #[cfg(feature = "metrics")]
     handle: ArcSwap<(usize, ::metrics::Counter)>,
 }
 
@@ -184,6 +198,7 @@ impl Series {
     /// Adds `n` here and to the recorder in use now.
     fn add(&self, n: u64) {
         self.count.fetch_add(n, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
         ::metrics::with_recorder(|recorder| {
             let id = std::ptr::from_ref(recorder).cast::<()>() as usize;
             let handle = self.handle.load();
@@ -246,18 +261,24 @@ impl Family {
     }
 
     fn make(&self, dynamic: &str, statics: &[Static]) -> Series {
+        #[cfg(not(feature = "metrics"))]
+        let _ = dynamic;
+        #[cfg(feature = "metrics")]
         let mut labels: Vec<::metrics::Label> = statics
             .iter()
             .map(|&(k, v)| ::metrics::Label::from_static_parts(k, v))
             .collect();
+        #[cfg(feature = "metrics")]
         labels.insert(
             self.dynamic_at.min(labels.len()),
             ::metrics::Label::new(self.dynamic, dynamic.to_owned()),
         );
         Series {
             statics: statics.to_vec(),
+            #[cfg(feature = "metrics")]
             key: ::metrics::Key::from_parts(self.name, labels),
             count: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
             handle: ArcSwap::from_pointee((0, ::metrics::Counter::noop())),
         }
     }
@@ -284,29 +305,32 @@ impl Family {
 fn find<'l>(list: &'l [Arc<Series>], statics: &[Static]) -> Option<&'l Arc<Series>> {
     list.iter().find(|s| s.statics == statics)
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idemkey_core::ORDER_OPERATION;
 
     #[test]
     fn outcomes_are_counted_per_front_end_and_operation() {
         let metrics = Metrics::default();
+        let checkout = OperationId::from_static("POST /checkouts:v1");
         let other = OperationId::from_static("http:v1");
-        metrics.count(FrontEnd::Orders, &ORDER_OPERATION, "executed");
-        metrics.count(FrontEnd::Orders, &ORDER_OPERATION, "executed");
+        metrics.count(FrontEnd::Named("checkout"), &checkout, "executed");
+        metrics.count(FrontEnd::Named("checkout"), &checkout, "executed");
         metrics.count(FrontEnd::Layer, &other, "replayed");
         assert_eq!(
-            metrics.counted(FrontEnd::Orders, &ORDER_OPERATION, "executed"),
+            metrics.counted(FrontEnd::Named("checkout"), &checkout, "executed"),
             2
         );
         assert_eq!(metrics.counted(FrontEnd::Layer, &other, "replayed"), 1);
         assert_eq!(metrics.counted(FrontEnd::Layer, &other, "executed"), 0);
-        assert!(metrics.snapshot().contains(&(
-            FrontEnd::Orders,
-            "POST /orders:v1".to_owned(),
+        let snapshot = metrics.snapshot();
+        assert!(snapshot.contains(&(
+            FrontEnd::Named("checkout"),
+            "POST /checkouts:v1".to_owned(),
             "executed",
             2
         )));
+        assert!(snapshot.contains(&(FrontEnd::Layer, "http:v1".to_owned(), "replayed", 1)));
     }
 }

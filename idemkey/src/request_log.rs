@@ -1,5 +1,5 @@
 //! One log line per request: the method, the route template
-//! (`/orders/{id}`, not the path), the status, the latency and, where a
+//! (`/things/{id}`, not the path), the status, the latency and, where a
 //! front end tagged one, the idempotency outcome and the resource created.
 //! The only line a request writes unless something goes wrong; never a
 //! header value, a token or a body.
@@ -17,8 +17,8 @@ use crate::metrics::OutcomeLabel;
 /// What a route adds to its request's line, as a response extension.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LogNote {
-    /// The resource (e.g. the order) the request created.
-    pub order: Option<Uuid>,
+    /// The resource the request created.
+    pub resource: Option<Uuid>,
     /// Whether a cache answered.
     pub cached: bool,
 }
@@ -43,7 +43,7 @@ pub async fn log_requests(request: Request, next: Next) -> Response {
         latency_ms = started.elapsed().as_secs_f64() * 1000.0,
         replayed = response.headers().contains_key(idemkey_core::REPLAYED_HEADER),
         outcome,
-        order = note.order.map(tracing::field::display),
+        resource = note.resource.map(tracing::field::display),
         cached = note.cached.then_some(true),
         "request"
     );

@@ -2,7 +2,7 @@
 //! [`ConnectionControl`] in its requests' extensions, and graceful shutdown.
 //!
 //! `axum::serve` would do for the happy path, but a fault that must look like
-//! a lost response (the order commits, then the client sees the connection
+//! a lost response (the effect commits, then the client sees the connection
 //! close with no status line) needs a handle on the connection itself: a
 //! handler calls [`ConnectionControl::abort`], and the connection's task
 //! drops the connection, which closes the socket without writing anything.

@@ -59,7 +59,7 @@ export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
 cargo test -p idemkey-wasm --target wasm32-unknown-unknown --test core_vectors
 WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
     cargo test -p idemkey-wasm --target wasm32-unknown-unknown --test core_vectors
-cargo build -p idemkey-server --bin idemkey-server
+cargo build -p idemkey-server --bin idemkey-server --features provider-sim
 export IDEMKEY_SERVER_BIN="$CARGO_TARGET_DIR/debug/idemkey-server"
 node --test --test-concurrency=1 wasm/tests/vectors.test.mjs wasm/tests/chromium.test.mjs \
     wasm/tests/client.test.mjs wasm/tests/accepted.test.mjs wasm/tests/e2e.test.mjs wasm/tests/client-e2e.test.mjs \

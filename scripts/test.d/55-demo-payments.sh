@@ -32,6 +32,6 @@ if ! cmp -s wasm/package-lock.json wasm/node_modules/.idemkey-lock.json ||
 fi
 [[ -f js-demo/pkg/idempotent-client.js ]] || wasm/build.sh
 
-cargo build -p idemkey-server --bin idemkey-server
+cargo build -p idemkey-server --bin idemkey-server --features provider-sim
 export IDEMKEY_SERVER_BIN="$CARGO_TARGET_DIR/debug/idemkey-server"
 node --test --test-concurrency=1 scripts/test.d/demo-payments.test.mjs

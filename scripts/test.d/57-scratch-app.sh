@@ -7,6 +7,8 @@
 # idemkey-pg). Checks:
 #   - its normal dependency tree has no rusqlite, redis, clap or reqwest
 #     (and does have tokio-postgres, so the check looks at the right tree);
+#   - a URL with sslmode=require or verify-full is refused at Db::open
+#     with an error naming the `postgres-tls` feature (the app has none);
 #   - POST /things twice with one Idempotency-Key and one body: both 201,
 #     the same body, the second with `Idempotent-Replayed: true`, and the
 #     handler ran once (GET /runs, outside the layer); the same key with
@@ -177,9 +179,12 @@ cp -r "$SCRATCH/app" "$SCRATCH/fresh"
 rm -rf "$SCRATCH/fresh/Cargo.lock" "$SCRATCH/fresh/target"
 # Every feature a user can ask for, not only the app's two: a deprecation
 # in a store the app does not use (Redis's TLS, say) reaches another user.
-sed -i 's/features = \["postgres", "layer"\]/features = ["postgres", "sqlite", "redis", "layer", "outbox", "flow", "serve", "clap"]/' \
-    "$SCRATCH/fresh/Cargo.toml"
-grep -q '"redis", "layer", "outbox"' "$SCRATCH/fresh/Cargo.toml" || fail "could not widen the fresh copy's idemkey features"
+# Read from idemkey's manifest (every feature but `default` and internal
+# `_` ones), the same list scripts/test.d/59-msrv.sh builds with, which
+# then finds this build in the same target directory.
+ALL_FEATURES=$(python3 -c 'import tomllib; f = tomllib.load(open("idemkey/Cargo.toml", "rb"))["features"]; print(", ".join(f'"'"'"{n}"'"'"' for n in sorted(f) if n != "default" and not n.startswith("_")))')
+sed -i "s/features = \\[\"postgres\", \"layer\"\\]/features = [$ALL_FEATURES]/" "$SCRATCH/fresh/Cargo.toml"
+grep -q '"postgres-tls", "redis"' "$SCRATCH/fresh/Cargo.toml" || fail "could not widen the fresh copy's idemkey features"
 t0=$SECONDS
 (cd "$SCRATCH/fresh" && cargo generate-lockfile -q) || fail "cargo generate-lockfile failed for the scratch crate"
 NEWER=$(python3 - "$ROOT/Cargo.lock" "$SCRATCH/fresh/Cargo.lock" <<'EOF'
@@ -208,7 +213,7 @@ FRESH_SECONDS=$((SECONDS - t0))
 # ---- its dependency tree -----------------------------------------------------
 
 TREE=$(cd "$SCRATCH/app" && cargo tree -q -e normal --prefix none --format '{p}' | awk '{print $1}' | sort -u)
-for unwanted in rusqlite redis clap reqwest; do
+for unwanted in rusqlite redis clap reqwest rustls; do
     if grep -qx "$unwanted" <<<"$TREE"; then
         (cd "$SCRATCH/app" && cargo tree -e normal -i "$unwanted") >&2 || true
         fail "the postgres+layer dependency tree contains $unwanted"
@@ -217,7 +222,21 @@ done
 for wanted in idemkey idemkey-core tokio-postgres axum; do
     grep -qx "$wanted" <<<"$TREE" || fail "the dependency tree lacks $wanted: is the check looking at the right tree?"
 done
-echo "dependency tree: $(wc -l <<<"$TREE") packages; no rusqlite, redis, clap or reqwest"
+echo "dependency tree: $(wc -l <<<"$TREE") packages; no rusqlite, redis, clap, reqwest or rustls"
+
+# ---- a TLS URL on a build without TLS -----------------------------------------
+
+# `postgres` without `postgres-tls` connects in plaintext only: a URL that
+# asks for TLS is refused at Db::open, naming the feature to turn on (no
+# database needed: the URL is refused before any connection).
+for mode in require verify-full; do
+    if TLS_OUT=$(DATABASE_URL="postgres://127.0.0.1:1/app?sslmode=$mode" timeout 30 "$BIN" 2>&1); then
+        fail "sslmode=$mode on a build without postgres-tls started: $TLS_OUT"
+    fi
+    grep -q "enable idemkey's \`postgres-tls\` feature" <<<"$TLS_OUT" ||
+        fail "sslmode=$mode on a build without postgres-tls: the error does not name the feature: $TLS_OUT"
+done
+echo "a TLS URL without postgres-tls: refused, naming the feature"
 
 # ---- a throwaway PostgreSQL ----------------------------------------------------
 
@@ -301,7 +320,7 @@ if [[ $TABLES != "$EXPECTED" ]]; then
     fail "the database holds [$(tr '\n' ' ' <<<"$TABLES")], wanted exactly [$(tr '\n' ' ' <<<"$EXPECTED")]"
 fi
 
-echo "57-scratch-app: a path-dependent axum app (postgres+layer) replays one key once, creates only" \
+echo "57-scratch-app: a path-dependent axum app (postgres+layer) replays one key once, refuses a TLS URL naming postgres-tls, creates only" \
     "idempotency_records + idemkey_migrations, tree without rusqlite/redis/clap/reqwest" \
     "and builds warning-free on a fresh lockfile" \
     "(build ${BUILD_SECONDS}s, fresh lockfile ${FRESH_SECONDS}s, total $((SECONDS - STARTED))s)"

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The two publishable crates, idemkey-core and idemkey, are ready for
 # crates.io:
-#   - `cargo package --no-verify` makes both .crate files. They are packaged
-#     in one command: idemkey depends on idemkey-core, which is not on the
-#     registry yet, and cargo resolves it from the other package being
-#     packaged. `--allow-dirty` because earlier steps of a test run may leave
-#     files in the work tree (lock files copied, build outputs); the clone
-#     CI tests is clean anyway, and the check is on what the .crate holds.
+#   - `cargo package` makes both .crate files and verifies them: it unpacks
+#     each and builds it from its packaged sources alone (a file missing
+#     from the .crate, a path that leaves the crate, fails here). They are
+#     packaged in one command: idemkey depends on idemkey-core, which is not
+#     on the registry yet, and cargo (1.90 and later) builds it from the
+#     other package being packaged, through a local registry overlay.
+#     `--allow-dirty` because earlier steps of a test run may leave files in
+#     the work tree (lock files copied, build outputs); the clone CI tests
+#     is clean anyway, and the check is on what the .crate holds.
 #   - each .crate holds its README.md, a Cargo.toml with description,
-#     license, repository, readme, keywords, categories and docs.rs's
+#     license, readme, (no placeholder repository), keywords, categories and docs.rs's
 #     `all-features = true`, no path dependency, and no file outside the
 #     crate (no `../core`);
 #   - every file idemkey's and idemkey-core's sources pull in at compile
@@ -26,7 +29,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/idemkey/target}"
 
 command -v python3 >/dev/null || { echo "58-package.sh: python3 is required" >&2; exit 1; }
 
-cargo package --no-verify --allow-dirty -p idemkey-core -p idemkey
+cargo package --allow-dirty -p idemkey-core -p idemkey
 
 python3 - "$CARGO_TARGET_DIR/package" <<'EOF'
 import pathlib, re, subprocess, sys, tarfile, tomllib
@@ -75,9 +78,14 @@ for name, crate_dir in [("idemkey-core", "core"), ("idemkey", "idemkey")]:
     if "README.md" not in files:
         fail(f"{path.name}: no README.md")
     package = manifest.get("package", {})
-    for field in ["description", "license", "repository", "readme", "keywords", "categories"]:
+    for field in ["description", "license", "readme", "keywords", "categories"]:
         if not package.get(field):
             fail(f"{path.name}: Cargo.toml has no {field}")
+    # No repository until the project has a public home (see the workspace
+    # Cargo.toml); never a placeholder that points nowhere.
+    repository = package.get("repository", "")
+    if re.search(r"\.(invalid|example|test)(/|$)|example\.(com|org|net)", repository):
+        fail(f"{path.name}: repository {repository} is a placeholder")
     if package.get("readme") and package["readme"] not in files:
         fail(f"{path.name}: readme {package['readme']} is not in the crate")
     if len(package.get("keywords", [])) > 5:
@@ -112,5 +120,5 @@ EOF
 RUSTDOCFLAGS="-D warnings" cargo doc -p idemkey --all-features --no-deps
 # And with no feature at all: no link may lean on a feature-gated item.
 RUSTDOCFLAGS="-D warnings" cargo doc -p idemkey --no-default-features --no-deps
-echo "58-package: idemkey-core and idemkey package with their READMEs and every included file;" \
+echo "58-package: idemkey-core and idemkey package, and build from their packaged sources, with their READMEs and every included file;" \
     "rustdoc --all-features has no warnings"

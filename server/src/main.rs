@@ -56,6 +56,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Outbox(command) => outbox_cli::outbox(command).await,
         Command::Account(command) => admin::account(command).await,
         Command::Token(command) => admin::token(command).await,
+        #[cfg(feature = "provider-sim")]
         Command::Provider(args) => idemkey_provider_sim::run(args).await,
     }
 }

@@ -16,7 +16,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use idemkey::metrics::{FrontEnd, OutcomeLabel};
+use idemkey::metrics::OutcomeLabel;
 use idemkey::outbox::OutboxStats;
 use idemkey_core::ORDER_OPERATION;
 use prometheus_client::encoding::prometheus_text::encode;
@@ -26,7 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use prometheus_client::registry::Registry;
 
-use crate::state::AppState;
+use crate::state::{AppState, ORDERS_FRONT_END};
 
 /// Media type of the exposition format.
 pub const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -46,7 +46,7 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         state.latency().observe(started.elapsed().as_secs_f64());
         state
             .metrics()
-            .count(FrontEnd::Orders, &ORDER_OPERATION, outcome);
+            .count(ORDERS_FRONT_END, &ORDER_OPERATION, outcome);
     }
     response
 }

@@ -60,6 +60,11 @@ impl Default for Settings {
 
 pub use crate::shown_clock::display_now;
 
+/// The `front_end` label of `POST /orders`: the order route drives the
+/// engine itself, a front end of this application's own.
+pub const ORDERS_FRONT_END: idemkey::metrics::FrontEnd =
+    idemkey::metrics::FrontEnd::Named("orders");
+
 /// Upper bounds (seconds) of the buckets of `POST /orders`'s latency.
 pub const LATENCY_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -91,10 +96,7 @@ impl AppState {
     /// State over `db`.
     pub fn new(db: Db, settings: Settings) -> Self {
         let metrics = Arc::new(idemkey::metrics::Metrics::default());
-        metrics.register(
-            idemkey::metrics::FrontEnd::Orders,
-            &idemkey_core::ORDER_OPERATION,
-        );
+        metrics.register(ORDERS_FRONT_END, &idemkey_core::ORDER_OPERATION);
         metrics.register(
             idemkey::metrics::FrontEnd::InTransaction,
             &idemkey_core::PURCHASE_OPERATION,

@@ -300,7 +300,7 @@ async fn acquire<R: Records>(
 pub struct Done<T> {
     /// The response to store and replay.
     pub response: StoredResponse,
-    /// The resource the effect created (e.g. an order id), kept with the
+    /// The resource the effect created (e.g. a row id), kept with the
     /// record so lookups can point to it.
     pub resource: Option<String>,
     /// Anything else the front end needs back.

@@ -1,8 +1,13 @@
 //! A response as stored for replay, and its conversion to and from HTTP.
 
-use axum::body::{Body, Bytes};
+#[cfg(feature = "axum")]
+use axum::body::Body;
+#[cfg(feature = "axum")]
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+#[cfg(feature = "axum")]
 use axum::response::Response;
+use bytes::Bytes;
+#[cfg(feature = "axum")]
 use idemkey_core::{REPLAYED_HEADER, is_replayed_header};
 
 /// A response as stored for replay: the status, the allow-listed headers
@@ -37,6 +42,7 @@ impl StoredResponse {
 
     /// Keeps, of `headers`, those the allowlist `allow` (lowercase names)
     /// admits under the core's rule ([`is_replayed_header`]).
+    #[cfg(feature = "axum")]
     pub fn kept_headers(headers: &HeaderMap, allow: &[&str]) -> Vec<(String, String)> {
         headers
             .iter()
@@ -61,6 +67,7 @@ impl StoredResponse {
 
     /// The HTTP response; a replay carries `Idempotent-Replayed: true`. A
     /// response stored without its body has none.
+    #[cfg(feature = "axum")]
     pub fn to_response(&self, replayed: bool) -> Response {
         let body = self.body.clone().map_or_else(Body::empty, Body::from);
         let mut response = Response::new(body);
@@ -96,6 +103,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "axum")]
     #[test]
     fn replays_are_marked_and_keep_the_stored_headers() {
         let r = StoredResponse::new(201, "x").with_header("location", "/a");
@@ -106,6 +114,7 @@ mod tests {
         assert!(!r.to_response(false).headers().contains_key(REPLAYED_HEADER));
     }
 
+    #[cfg(feature = "axum")]
     #[test]
     fn only_allow_listed_headers_are_kept() {
         let mut headers = HeaderMap::new();

@@ -47,9 +47,9 @@ impl HttpBody for Prefixed {
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
         if let Some(prefix) = self.prefix.take() {
-            return Poll::Ready(Some(Ok(hyper::body::Frame::data(prefix))));
+            return Poll::Ready(Some(Ok(http_body::Frame::data(prefix))));
         }
         Pin::new(&mut self.rest).poll_frame(cx)
     }

@@ -12,7 +12,7 @@ use idemkey_core::{Fingerprint, KeyProfile, OperationId, Problem};
 use crate::idempotency::{Policy, Records};
 use crate::metrics::Metrics;
 
-/// Rows per trim batch, as the order service's `--trim-batch` default.
+/// Rows per trim batch.
 pub const TRIM_BATCH: u32 = 500;
 
 /// Chooses a record's scope from the request head; `None` answers 401.

@@ -145,11 +145,10 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_REPLAY_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Default of [`IdempotencyLayer::retention`]: how long a key is
-/// remembered after its creation, as the order service's `--tombstone-ttl`.
+/// remembered after its creation, as long as a client may retry.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// Default of [`IdempotencyLayer::trim_interval`], as the order service's
-/// `--trim-interval`.
+/// Default of [`IdempotencyLayer::trim_interval`]: one trim round a minute.
 pub const DEFAULT_TRIM_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Default largest request body read (1 MiB).

@@ -137,7 +137,7 @@ pub struct WorkerSettings {
     /// How long a claim lasts; a delivery is cut off (as uncertain) at half
     /// of it, so a live worker's claim never ends under it.
     pub lease: Duration,
-    /// How long an idle worker waits before looking again (a new order in
+    /// How long an idle worker waits before looking again (a new message in
     /// this process wakes it at once).
     pub idle_poll: Duration,
     /// Backoff (`base_ms`, `cap_ms`, full jitter) and an optional cap on
@@ -247,7 +247,7 @@ impl Worker {
         self
     }
 
-    /// Wakes the worker when notified (e.g. after a new order commits), so
+    /// Wakes the worker when notified (e.g. after a change with a message commits), so
     /// that it does not wait for its next poll.
     #[must_use]
     pub fn with_waker(mut self, wake: Arc<Notify>) -> Self {

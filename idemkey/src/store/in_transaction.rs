@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "axum")]
 use axum::response::{IntoResponse, Response};
 use idemkey_core::{ExpiryPolicy, Fingerprint, Problem};
 
@@ -67,6 +68,7 @@ pub enum Outcome {
     NotStored(StoredResponse),
 }
 
+#[cfg(feature = "axum")]
 impl IntoResponse for Outcome {
     /// The response (a replay marked `Idempotent-Replayed: true`), or the
     /// problem document.

@@ -21,7 +21,7 @@ pub struct OutboxMessage {
     pub key: String,
     /// What to do: the name a delivery function is registered under.
     pub effect: String,
-    /// The resource it belongs to (the order id of a `charge`).
+    /// The resource it belongs to (e.g. the id of the row the effect is about).
     pub resource_id: Option<String>,
     /// What the delivery function needs (JSON).
     pub payload: String,
@@ -73,7 +73,7 @@ impl OutboxMessage {
     }
 
     /// What tells this effect from another of the same key: its resource
-    /// (an order's id), or the message's own id when it has none.
+    /// (e.g. a row's id), or the message's own id when it has none.
     pub fn instance(&self) -> String {
         match &self.resource_id {
             Some(resource) => resource.clone(),
@@ -198,7 +198,7 @@ pub struct OutboxEntry {
     pub scope: String,
     /// The effect.
     pub effect: String,
-    /// The resource (order id).
+    /// The resource the message belongs to.
     pub resource_id: Option<String>,
     /// pending, delivered, failed or dead.
     pub status: String,

@@ -55,7 +55,9 @@ pub enum Command {
     /// binary, not of the library).
     Fixture(FixtureArgs),
     /// Serve the payment provider simulator (tests and the demo): charges
-    /// behind the idempotency layer, with fault switches.
+    /// behind the idempotency layer, with fault switches. Only in builds
+    /// with the `provider-sim` feature: the release binary does not carry it.
+    #[cfg(feature = "provider-sim")]
     Provider(idemkey_provider_sim::ProviderArgs),
 }
 

@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use axum::http::HeaderValue;
 use idemkey_core::{IdempotencyKey, KEY_HEADER, KeyProfile, Problem, parse_retry_after};
-use idemkey_provider_sim::problems::{CHARGE_ALREADY_REFUNDED, CHARGE_NOT_FOUND};
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
 use serde::Serialize;
@@ -289,6 +288,12 @@ impl Found for FoundRefund {
 /// The codes a provider answers a refund with that are decisions whatever
 /// their status (a 404 or a 409 is otherwise not one: a wrong route, a
 /// request in progress).
+/// The provider's problem type for a charge it does not know (its
+/// contract; the simulator answers the same).
+const CHARGE_NOT_FOUND: &str = "charge-not-found";
+/// The provider's problem type for a charge refunded before.
+const CHARGE_ALREADY_REFUNDED: &str = "charge-already-refunded";
+
 const REFUND_DECISIONS: &[&str] = &[CHARGE_NOT_FOUND, CHARGE_ALREADY_REFUNDED];
 
 /// The longest `Retry-After` honoured: a larger (or absurd) value waits

@@ -176,7 +176,7 @@ async fn create_order(
         state.token_usage().note(token);
         let (label, mut response) = answered;
         response.extensions_mut().insert(LogNote {
-            order: None,
+            resource: None,
             cached: true,
         });
         return Ok((label, response));
@@ -266,7 +266,7 @@ async fn create_order(
             state.outbox_wake().notify_one();
             let mut response = after_commit(state, fault, &parts.extensions, response).await;
             response.extensions_mut().insert(LogNote {
-                order: Some(id),
+                resource: Some(id),
                 cached: false,
             });
             response

@@ -29,7 +29,7 @@ pub struct SqliteDb {
     busy: Arc<AtomicUsize>,
     /// The bound on a call's wait.
     wait: Duration,
-    /// The writer that commits new orders in batches.
+    /// The writer that commits new requests in batches.
     group: group_commit::GroupCommit,
     /// Read-only connections for the calls that only read; `None` when
     /// there are none (those calls then take `conn`).
@@ -82,7 +82,7 @@ impl SqliteDb {
 
     /// [`SqliteDb::open_with_wait`] with `readers` read-only connections for
     /// the calls that only read (0: every call takes the one write
-    /// connection, as a new order's batch does; see the `readers` module).
+    /// connection, as a new request's batch does; see the `readers` module).
     pub async fn open_with_readers(
         path: impl AsRef<Path>,
         wait: Duration,
@@ -292,7 +292,7 @@ impl SqliteDb {
         .map_err(|e| StoreError::Unavailable(format!("blocking task: {e}")))?
     }
 
-    /// `(batches, orders)` of new orders group-committed so far.
+    /// `(batches, requests)` of new requests group-committed so far.
     pub fn group_commits(&self) -> (u64, u64) {
         self.group.committed()
     }

@@ -1,13 +1,13 @@
-//! Group commit of new orders: one writer thread takes every order waiting
+//! Group commit of new requests: one writer thread takes every request waiting
 //! at that moment and runs them in one `BEGIN IMMEDIATE` transaction, each
-//! in its own savepoint, then commits once. SQLite's cost per order is the
+//! in its own savepoint, then commits once. SQLite's cost per request is the
 //! commit's fsync (`synchronous=FULL`); a batch pays it once.
 //!
-//! What each order keeps:
+//! What each request keeps:
 //! - its effect and its key's record still commit together (the savepoint
 //!   is released only when the engine stored the response, as one
 //!   transaction of its own would commit);
-//! - a failing order rolls back to its savepoint: its batch-mates go on;
+//! - a failing request rolls back to its savepoint: its batch-mates go on;
 //! - every answer waits for the batch's commit: a request is told
 //!   "created" (or "replayed", for a key another order of the same batch
 //!   created) only once that is durable; if the commit fails, every
@@ -29,7 +29,7 @@ use tracing::warn;
 use super::connection::{immediate, sqlite_error};
 use crate::store::StoreError;
 
-/// Most orders in one transaction: bounds how long another process waits
+/// Most requests in one transaction: bounds how long another process waits
 /// for the file's write lock behind one batch.
 const MAX_BATCH: usize = 128;
 
@@ -57,7 +57,7 @@ pub(super) struct GroupCommit {
     counts: Arc<Counts>,
 }
 
-/// Batches committed and the orders they carried, for metrics.
+/// Batches committed and the requests they carried, for metrics.
 #[derive(Default)]
 struct Counts {
     batches: AtomicU64,
@@ -94,7 +94,7 @@ impl GroupCommit {
         })
     }
 
-    /// `(batches, orders)` committed so far: orders per batch is how much
+    /// `(batches, requests)` committed so far: requests per batch is how much
     /// one fsync carried.
     pub(super) fn committed(&self) -> (u64, u64) {
         (
@@ -103,7 +103,7 @@ impl GroupCommit {
         )
     }
 
-    /// Orders waiting for a batch (the pool gauge `waiting`).
+    /// Requests waiting for a batch (the pool gauge `waiting`).
     pub(super) fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
     }
@@ -122,7 +122,7 @@ impl GroupCommit {
         let job = Job {
             work: Box::new(move |tx| {
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(tx)))
-                    .unwrap_or_else(|_| Err(StoreError::Unavailable("an order panicked".into())));
+                    .unwrap_or_else(|_| Err(StoreError::Unavailable("a request panicked".into())));
                 let to = to.lock().take();
                 Box::new(move |committed: Result<(), StoreError>| {
                     // The caller may have gone away (its client disconnected).
@@ -216,7 +216,7 @@ fn refuse_all(batch: Vec<Job>, err: &StoreError) {
 }
 
 /// The batch's one transaction; every job is answered exactly once.
-/// Returns how many orders a committed batch carried.
+/// Returns how many requests a committed batch carried.
 fn run_batch(conn: &mut Connection, batch: Vec<Job>) -> Option<u64> {
     let now = Instant::now();
     let (late, batch): (Vec<_>, Vec<_>) = batch.into_iter().partition(|j| j.deadline <= now);

@@ -1,4 +1,4 @@
-//! The SQLite file holds orders, stored responses and token hashes: only
+//! The SQLite file holds stored responses and whatever the application keeps beside them: only
 //! its owner may read it. SQLite creates the WAL and shared-memory files
 //! with the main file's mode, so the main file is created 0600 before
 //! SQLite opens it; a file (or WAL, SHM) that other users can read is

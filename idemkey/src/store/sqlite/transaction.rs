@@ -99,7 +99,7 @@ where
 /// [`run_in_transaction`] inside a savepoint of the open transaction `tx`
 /// (a batch of `group_commit`): the savepoint is released only when
 /// the effect ran and its response is stored, and rolled back otherwise, so
-/// one order's failure leaves its batch-mates' work in place.
+/// one request's failure leaves its batch-mates' work in place.
 pub fn run_in_savepoint<T, E, F>(
     db: &SqliteDb,
     tx: &mut rusqlite::Transaction<'_>,
