@@ -26,93 +26,33 @@ use crate::store::{StoreError, Tables, decode_response};
 
 /// An execution's row, by scope and id (locked, the second, for a
 /// recording transaction).
-const LOAD: &str = "SELECT id, scope, operation, key, flow, state, position, input, failed_step, \
-     error, response_status, response_headers, response_body FROM idemkey_flows \
-     WHERE scope = $1::text AND id = $2::uuid";
-const LOAD_LOCKED: &str = "SELECT id, scope, operation, key, flow, state, position, input, \
-     failed_step, error, response_status, response_headers, response_body FROM idemkey_flows \
-     WHERE scope = $1::text AND id = $2::uuid FOR UPDATE";
-const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, \
-     position, input) VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text, \
-     $7::int4, $8::text)";
-const STEPS: &str = "SELECT idx, name, state, output, attempts, downstream_key FROM idemkey_steps \
-                     WHERE scope = $1::text AND flow_id = $2::uuid ORDER BY idx";
+const LOAD: &str = include_str!("sql/journal_load.sql");
+const LOAD_LOCKED: &str = include_str!("sql/journal_load_locked.sql");
+const INSERT_FLOW: &str = include_str!("sql/journal_insert_flow.sql");
+const STEPS: &str = include_str!("sql/journal_steps.sql");
 /// Settles a step's message as recorded, fenced by its claim: this lease
 /// token, and a lease not yet ended at the store's clock (an owner past its
 /// lease records nothing, whether or not another worker claimed since).
-const SETTLE: &str = "UPDATE outbox SET status = 'delivered', result = 'recorded', \
-     downstream_key = $3::text, settled_at = statement_timestamp(), lease = NULL, \
-     lease_until = NULL \
-     WHERE scope = $4::text AND id = $1::int8 AND lease = $2::uuid AND status = 'pending' \
-       AND lease_until > statement_timestamp()";
-const INSERT_STEP: &str = "INSERT INTO idemkey_steps (scope, flow_id, idx, name, state, output, \
-     attempts, downstream_key) VALUES ($8::text, $1::uuid, $2::int4, $3::text, $4::text, \
-     $5::text, $6::int4, $7::text)";
-const COMPENSATED: &str = "UPDATE idemkey_steps SET state = 'compensated', \
-     compensated_at = statement_timestamp() \
-     WHERE scope = $3::text AND flow_id = $1::uuid AND idx = $2::int4 AND state = 'done'";
-const UPDATE_FLOW: &str = "UPDATE idemkey_flows SET state = $2::text, position = $3::int4, \
-     failed_step = $4::text, error = $5::text, response_status = $6::int4, \
-     response_headers = $7::text, response_body = $8::bytea, \
-     updated_at = statement_timestamp() WHERE scope = $9::text AND id = $1::uuid";
+const SETTLE: &str = include_str!("sql/journal_settle.sql");
+const INSERT_STEP: &str = include_str!("sql/journal_insert_step.sql");
+const COMPENSATED: &str = include_str!("sql/journal_compensated.sql");
+const UPDATE_FLOW: &str = include_str!("sql/journal_update_flow.sql");
 /// The outbox's own enqueue: a step's message is an outbox message.
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
-/// The replay window a flow's record asked for: its window less the open
-/// one it was stored with ([`crate::store::flow::OPEN_WINDOW`], 36525
-/// days), or, for a record stored before flows kept their window open,
-/// its whole window.
-macro_rules! asked_window {
-    () => {
-        "(CASE WHEN replay_until - created_at >= interval '36525 days' \
-         THEN replay_until - created_at - interval '36525 days' \
-         ELSE replay_until - created_at END)"
-    };
-}
 /// The final response, replayed for the window asked, counted from now
 /// (the flow's end); maintenance looks at the record when it closes.
-const FINISH_RECORD: &str = concat!(
-    "UPDATE idempotency_records SET response_status = $4::int4, \
-     response_headers = $5::text, response_body = $6::bytea, \
-     replay_until = statement_timestamp() + ",
-    asked_window!(),
-    ", check_at = statement_timestamp() + ",
-    asked_window!(),
-    " WHERE scope = $1::text AND operation = $2::text AND key = $3::text \
-       AND resource_id = $7::text AND status = 'completed'"
-);
+const FINISH_RECORD: &str = include_str!("sql/journal_finish_record.sql");
 /// A flow that ended in its first transaction: its window, stored open,
 /// counts from now.
-const CLOSE_WINDOW: &str = concat!(
-    "UPDATE idempotency_records SET replay_until = statement_timestamp() + ",
-    asked_window!(),
-    ", check_at = statement_timestamp() + ",
-    asked_window!(),
-    " WHERE scope = $1::text AND operation = $2::text AND key = $3::text \
-       AND resource_id = $4::text AND status = 'completed' \
-       AND replay_until - created_at >= interval '36525 days'"
-);
-const FIND: &str = "SELECT id FROM idemkey_flows WHERE scope = $1::text AND operation = $2::text \
-                    AND key = $3::text ORDER BY created_at DESC LIMIT 1";
-const NEXT: &str = "SELECT status, attempts, last_error, \
-     (attempts > 0 OR downstream_key IS NOT NULL) FROM outbox \
-     WHERE scope = $1::text AND resource_id = $2::text AND effect = 'flow-step' \
-       AND status IN ('pending', 'dead') ORDER BY id DESC LIMIT 1";
+const CLOSE_WINDOW: &str = include_str!("sql/journal_close_window.sql");
+const FIND: &str = include_str!("sql/journal_find.sql");
+const NEXT: &str = include_str!("sql/journal_next.sql");
 /// The next step due now: a backoff cut short (a live claim is left
 /// alone), or a dead letter younger than $3 ms sent back to pending with
 /// its attempts kept (so the next one looks the effect up first).
-const RESUME: &str = "UPDATE outbox SET available_at = statement_timestamp(), \
-     status = 'pending', settled_at = NULL \
-     WHERE scope = $1::text AND resource_id = $2::text AND effect = 'flow-step' \
-       AND ((status = 'pending' AND available_at > statement_timestamp()) \
-         OR (status = 'dead' \
-             AND created_at > statement_timestamp() - $3::int8 * interval '1 millisecond'))";
+const RESUME: &str = include_str!("sql/journal_resume.sql");
 
-const TRIM: &str = "DELETE FROM idemkey_flows WHERE (scope, id) IN (
-        SELECT scope, id FROM idemkey_flows
-        WHERE state IN ('done', 'failed')
-          AND updated_at < statement_timestamp() - $1::int8 * interval '1 millisecond'
-        LIMIT $2::int8
-        FOR UPDATE SKIP LOCKED)";
+const TRIM: &str = include_str!("sql/journal_trim.sql");
 
 /// Deletes up to `batch` executions that ended longer than `retention`
 /// ago (their steps with them), at the store's clock; how many.

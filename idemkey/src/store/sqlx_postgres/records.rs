@@ -360,12 +360,7 @@ impl Records for SqlxPgDb {
 /// The executions of the step journal that ended longer than `$1` ms ago,
 /// up to `$2` of them (their steps with them).
 #[cfg(feature = "flow")]
-const TRIM: &str = "DELETE FROM idemkey_flows WHERE (scope, id) IN (
-        SELECT scope, id FROM idemkey_flows
-        WHERE state IN ('done', 'failed')
-          AND updated_at < statement_timestamp() - $1::int8 * interval '1 millisecond'
-        LIMIT $2::int8
-        FOR UPDATE SKIP LOCKED)";
+const TRIM: &str = include_str!("../postgres/sql/journal_trim.sql");
 
 /// The step journal's part of a trim: deletes up to `batch` executions
 /// that ended longer than `retention` ago (their steps with them), at the

@@ -1,0 +1,5 @@
+-- An execution of a scope by id.
+SELECT id, scope, operation, key, flow, state, position, input,
+       failed_step, error, response_status, response_headers, response_body
+FROM idemkey_flows
+WHERE scope = $1::text AND id = $2::uuid
