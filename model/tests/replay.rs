@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idemkey::Db;
+use idemkey::store::sqlx_postgres::{SqlxPgDb, sqlx_in_transaction};
 use idemkey::store::{RedisSettings, StoreSettings};
 use idemkey_core::{Decision, ExpiryPolicy, KeyProfile, OperationId, Stored, UnixMillis};
 use idemkey_model::{
@@ -54,6 +55,8 @@ mod stores {
     /// processes) while used.
     pub struct Target {
         pub url: String,
+        /// Opened through the sqlx backend rather than the URL's default.
+        pub sqlx: bool,
         /// What the store lives on: dropped (removed, killed) with it.
         _keep: Box<dyn std::any::Any + Send>,
     }
@@ -71,7 +74,16 @@ mod stores {
         let db = cluster.fresh_database().expect("create a database");
         Target {
             url: db.url,
+            sqlx: false,
             _keep: Box::new(()),
+        }
+    }
+
+    /// PostgreSQL through the sqlx backend.
+    pub fn sqlx_postgres() -> Target {
+        Target {
+            sqlx: true,
+            ..postgres()
         }
     }
 
@@ -80,6 +92,7 @@ mod stores {
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         Target {
             url: format!("sqlite://{}", dir.join("records.db").display()),
+            sqlx: false,
             _keep: Box::new(TempDir(dir)),
         }
     }
@@ -88,6 +101,7 @@ mod stores {
         let node = RedisNode::start().expect("start redis-server");
         Target {
             url: node.url(),
+            sqlx: false,
             _keep: Box::new(node),
         }
     }
@@ -96,6 +110,7 @@ mod stores {
         let cluster = RedisCluster::start(3, 1).expect("start a Redis Cluster");
         Target {
             url: cluster.url(),
+            sqlx: false,
             _keep: Box::new(cluster),
         }
     }
@@ -132,10 +147,16 @@ struct Store {
 
 /// Every store the lease mode's paths run against. A new backend of `Db`
 /// is one line here.
-const LEASE_STORES: [Store; 4] = [
+const LEASE_STORES: [Store; 5] = [
     Store {
         name: "postgres",
         open: stores::postgres,
+        forgets: Forgets::ByTrim,
+        drive: Drive::Records,
+    },
+    Store {
+        name: "sqlx-postgres",
+        open: stores::sqlx_postgres,
         forgets: Forgets::ByTrim,
         drive: Drive::Records,
     },
@@ -161,10 +182,16 @@ const LEASE_STORES: [Store; 4] = [
 
 /// Every store the transactional mode's paths run against: the stores
 /// `in_transaction` has.
-const TRANSACTION_STORES: [Store; 2] = [
+const TRANSACTION_STORES: [Store; 3] = [
     Store {
         name: "postgres in_transaction",
         open: stores::postgres,
+        forgets: Forgets::ByTrim,
+        drive: Drive::InTransaction,
+    },
+    Store {
+        name: "sqlx-postgres in_transaction",
+        open: stores::sqlx_postgres,
         forgets: Forgets::ByTrim,
         drive: Drive::InTransaction,
     },
@@ -292,6 +319,8 @@ struct Session {
 /// Where transactional requests get their connections.
 enum Connections {
     Postgres(idemkey::store::PgDb),
+    /// Each call in a transaction of the caller's own on the sqlx pool.
+    Sqlx(SqlxPgDb),
     /// The store (its table names) and its file.
     Sqlite(idemkey::store::SqliteDb, std::path::PathBuf),
     /// Lease mode: none.
@@ -608,6 +637,34 @@ impl Replay<'_> {
                     .await
                 })
             }
+            Connections::Sqlx(store) => {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    // The caller's transaction: committed when the call's
+                    // effect and record are its result, as a service would.
+                    let mut tx = store.pool().begin().await.expect("begin");
+                    let outcome = sqlx_in_transaction(
+                        &store,
+                        &mut tx,
+                        &key,
+                        fingerprint(payload),
+                        &options,
+                        move |_tx| {
+                            Box::pin(async move {
+                                let _ = entered_tx.send(());
+                                effect_answer(finish_rx.await)
+                            })
+                        },
+                    )
+                    .await;
+                    if matches!(outcome, Ok(Outcome::Executed(_))) {
+                        tx.commit().await.expect("commit");
+                    } else {
+                        tx.rollback().await.expect("roll back");
+                    }
+                    outcome
+                })
+            }
             Connections::Sqlite(lite, path) => {
                 // A connection of its own: the transaction holds it (and
                 // the write lock) until the model ends it.
@@ -909,15 +966,22 @@ async fn open(target: &stores::Target, retention: Duration) -> Db {
         retention,
         ..RedisSettings::default()
     };
-    Db::open(
-        &target.url,
-        &StoreSettings {
-            redis,
-            ..StoreSettings::default()
-        },
-    )
-    .await
-    .expect("open the store")
+    let settings = StoreSettings {
+        redis,
+        ..StoreSettings::default()
+    };
+    if target.sqlx {
+        let db = Db::new(
+            SqlxPgDb::connect(&target.url, &settings)
+                .await
+                .expect("open the sqlx store"),
+        );
+        db.migrate().await.expect("migrate");
+        return db;
+    }
+    Db::open(&target.url, &settings)
+        .await
+        .expect("open the store")
 }
 
 /// Replays each walk on `store` (cut to what it can follow), lengthening
@@ -945,6 +1009,11 @@ async fn replay_on(store: &Store, bounds: &Bounds, walks: &[Walk]) -> Vec<String
                 db.backend_as::<idemkey::store::SqliteDb>(),
             ) {
                 (Drive::InTransaction, Some(pg), _) => Connections::Postgres(pg.clone()),
+                (Drive::InTransaction, None, None) if target.sqlx => Connections::Sqlx(
+                    db.backend_as::<SqlxPgDb>()
+                        .expect("the sqlx backend")
+                        .clone(),
+                ),
                 (Drive::InTransaction, _, Some(lite)) => Connections::Sqlite(
                     lite.clone(),
                     target
