@@ -1,4 +1,4 @@
-//! How [`Db::open`](super::Db::open) connects: pool bounds and timeouts,
+//! How [`Db::open`](crate::Db::open) connects: pool bounds and timeouts,
 //! what sits in front of PostgreSQL, the names of the library's tables and
 //! the Redis store's settings.
 

@@ -126,7 +126,7 @@ pub(crate) async fn trim(
         .execute_typed(
             &tables.render_static(TRIM),
             &[
-                (&crate::store::millis(retention), Type::INT8),
+                (&crate::duration::millis(retention), Type::INT8),
                 (&i64::from(batch), Type::INT8),
             ],
         )
@@ -472,7 +472,7 @@ impl PgDb {
                 &[
                     (&scope, Type::TEXT),
                     (&id.to_string(), Type::TEXT),
-                    (&crate::store::millis(revive_within), Type::INT8),
+                    (&crate::duration::millis(revive_within), Type::INT8),
                 ],
             )
             .await
