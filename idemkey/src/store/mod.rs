@@ -54,6 +54,6 @@ pub use backend::OutboxStore;
 pub use backend::{Backend, BoxFuture, Effect, Transactional};
 pub use db::DEFAULT_DATABASE_URL;
 pub use pool::PoolStatus;
-pub use settings::{DEFAULT_SQLITE_READERS, PgPooler, RedisSettings, StoreSettings};
+pub use settings::{PgPooler, RedisSettings, StoreSettings};
 pub use stored::decode_response;
 pub use tables::Tables;

@@ -55,7 +55,7 @@ impl Default for StoreSettings {
 }
 
 /// Default number of SQLite's read-only connections.
-pub const DEFAULT_SQLITE_READERS: usize = 2;
+pub(crate) const DEFAULT_SQLITE_READERS: usize = 2;
 
 /// What sits between idemkey and PostgreSQL.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

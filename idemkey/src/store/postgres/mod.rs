@@ -38,4 +38,4 @@ pub use flow::PgStepFuture;
 pub use in_transaction::pg_in_transaction;
 pub use records::{PgRecords, read_from_row};
 pub use send::{Param, execute_in, query_in};
-pub use transaction::{PgEffect, PgResponseFuture, PgTx, run_in_transaction, set_lock_timeout};
+pub use transaction::{PgEffect, PgResponseFuture, PgTx, run_in_transaction};
