@@ -5,11 +5,12 @@
 //!
 //! `cargo run -p idemkey --features flow,sqlite --example flow`
 
+use idemkey::Db;
 use idemkey::flow::{Attempt, External, Flow, FlowSettings, Flows, Local, StepError};
 use idemkey::idempotency::{RecordKey, Scope};
 use idemkey::in_transaction::{Options, Outcome};
 use idemkey::outbox::{Worker, WorkerSettings};
-use idemkey::store::{Db, StoreSettings};
+use idemkey::store::StoreSettings;
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -67,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::temp_dir().join(format!("idemkey-flow-{}.db", std::process::id()));
     let url = format!("sqlite://{}", path.display());
     let db = Db::open(&url, &StoreSettings::default()).await?;
-    if let Some(lite) = db.backend_as::<idemkey::store::SqliteDb>() {
+    if let Some(lite) = db.backend_as::<idemkey::store::sqlite::SqliteDb>() {
         let ddl = "CREATE TABLE stock (sku TEXT, n INT); INSERT INTO stock VALUES ('tea', 5)";
         lite.with_conn(move |c| Ok(c.execute_batch(ddl))).await??;
     }

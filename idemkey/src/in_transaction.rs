@@ -1,8 +1,8 @@
 //! Idempotency **in your transaction**: for someone else's service whose
 //! effect lives in the same database as idemkey's records.
 //!
-//! [`pg_in_transaction`] (PostgreSQL) and [`sqlite_in_transaction`] (SQLite;
-//! [`sqlite_in_transaction_async`] runs it on a blocking thread) run the
+//! [`pg_in_transaction`](crate::store::postgres::pg_in_transaction) (PostgreSQL) and [`sqlite_in_transaction`](crate::store::sqlite::sqlite_in_transaction) (SQLite;
+//! [`sqlite_in_transaction_async`](crate::store::sqlite::sqlite_in_transaction_async) runs it on a blocking thread) run the
 //! [engine](crate::idempotency) in **one** transaction: claim the key, run
 //! the caller's closure with the open transaction (the caller's own
 //! `INSERT`s go in it), store the response, commit. Either the effect and
@@ -30,8 +30,9 @@
 //! use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 //! use uuid::Uuid;
 //! use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
-//! use idemkey::in_transaction::{Options, Outcome, pg_in_transaction};
-//! use idemkey::store::PgDb;
+//! use idemkey::in_transaction::{Options, Outcome};
+//! use idemkey::store::postgres::pg_in_transaction;
+//! use idemkey::store::postgres::PgDb;
 //!
 //! # async fn run(db: &PgDb, account: Uuid) -> Result<(), Box<dyn std::error::Error>> {
 //! let operation = OperationId::from_static("POST /payments:v1");
@@ -48,7 +49,7 @@
 //!         tx.execute_typed("INSERT INTO payments (cents) VALUES (500)", &[])
 //!             .await
 //!             .map_err(idemkey::store::postgres::db_error)?;
-//!         Ok::<_, idemkey::store::StoreError>(
+//!         Ok::<_, idemkey::StoreError>(
 //!             StoredResponse::new(201, r#"{"cents":500}"#)
 //!                 .with_header("content-type", "application/json"),
 //!         )
@@ -65,22 +66,22 @@
 //! ```
 //!
 //! # The store's tables
-//! Every call takes the store ([`crate::store::PgDb`] or
-//! [`crate::store::SqliteDb`]), and the closure receives a [`PgTx`] or
-//! [`SqliteTx`] that carries its [`crate::store::Tables`]: the claim, the
-//! stored response and an [`enqueue`](PgTx::enqueue) land in the store's
+//! Every call takes the store ([`crate::store::postgres::PgDb`] or
+//! [`crate::store::sqlite::SqliteDb`]), and the closure receives a [`PgTx`](crate::store::postgres::PgTx) or
+//! [`SqliteTx`](crate::store::sqlite::SqliteTx) that carries its [`crate::store::Tables`]: the claim, the
+//! stored response and an [`enqueue`](crate::store::postgres::PgTx::enqueue) land in the store's
 //! tables (`acme_idempotency_records`, `acme_outbox` under
 //! `Tables::with_prefix("acme_")`), never in tables of the default names
 //! that another deployment may own.
 //!
 //! # Effects outside the database
 //! An effect the transaction cannot hold (an e-mail, a call to another
-//! service) goes in the outbox from the closure, with [`PgTx::enqueue`] or
-//! [`SqliteTx::enqueue`] on the open transaction: it is delivered only if
+//! service) goes in the outbox from the closure, with [`PgTx::enqueue`](crate::store::postgres::PgTx::enqueue) or
+//! [`SqliteTx::enqueue`](crate::store::sqlite::SqliteTx::enqueue) on the open transaction: it is delivered only if
 //! the transaction commits, and only once per key (a replay runs no
 //! closure). A [`crate::outbox::Worker`] on the same store, with your
 //! delivery function, delivers it at least once; send it with
-//! [`crate::store::outbox::OutboxMessage::downstream_key`] so the receiver
+//! [`crate::outbox::OutboxMessage::downstream_key`] so the receiver
 //! can deduplicate the repeats (`server/examples/outbox.rs`).
 //!
 //! # Behind PgBouncer (transaction pooling)
@@ -92,14 +93,10 @@
 //! `prepare_cached`, no session `SET` (use [`Options::lock_timeout`], a
 //! `SET LOCAL`). See `docs/pgbouncer.md`.
 //!
-//! [`pg_in_transaction`] takes a connection of the store's pool for the
-//! call. The database must be migrated ([`crate::store::Db::open`] does it).
+//! [`pg_in_transaction`](crate::store::postgres::pg_in_transaction) takes a connection of the store's pool for the
+//! call. The database must be migrated ([`crate::Db::open`] does it).
 
-// The front ends of the stores that join transactions, under the names this
-// module has always offered.
-#[cfg(feature = "postgres")]
-pub use crate::store::postgres::{PgResponseFuture as PgEffect, PgTx, pg_in_transaction};
-#[cfg(feature = "sqlite")]
-pub use crate::store::sqlite::{SqliteTx, sqlite_in_transaction, sqlite_in_transaction_async};
+// The backend-neutral part; each store's own function and transaction type
+// live in its module (`store::postgres`, `store::sqlite`, `store::sqlx_postgres`).
 
 pub use crate::store::in_transaction::{Error, Options, Outcome, in_transaction, transaction};

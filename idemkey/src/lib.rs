@@ -5,7 +5,7 @@
 //! replays the stored result instead of acting twice, across processes and
 //! restarts. Every rule (key syntax, fingerprint, decision table, problem
 //! documents) comes from [`idemkey_core`]; one engine ([`idempotency`])
-//! applies it for every front end over any [`Records`]
+//! applies it for every front end over any [`Records`](idempotency::Records)
 //! store.
 //!
 //! Four ways in, each behind its features:
@@ -16,6 +16,15 @@
 //! | your effect and the key's result in **one** transaction of your database | `in_transaction` | `postgres` or `sqlite` |
 //! | an effect that leaves your database, delivered at least once and deduplicated downstream | `outbox` and its `Worker` | `outbox` + `postgres` or `sqlite` |
 //! | one key for an operation of several steps in several systems, each step once, retries resuming | `flow::Flows` | `flow` + `postgres` or `sqlite` |
+//!
+//! Every item has one path. [`Db`] and [`StoreError`] sit at the root; the
+//! rest lives in the module of its concept: [`store`] holds the settings,
+//! the tables and the seam traits a custom backend implements, with one
+//! submodule per backend for its store type, its transaction and its
+//! functions (`store::postgres::{PgDb, PgTx, pg_in_transaction}`,
+//! `store::sqlite`, `store::redis`, `store::sqlx_postgres`); [`idempotency`]
+//! the engine and the records' types; `in_transaction`, `outbox`, `flow`
+//! and `layer` their front ends.
 //!
 //! `serve` adds a connection-capped accept loop, `clap` the settings'
 //! `ValueEnum`s. A user pays only for what they turn on: the engine, the
@@ -99,7 +108,7 @@
 //! Your row, the key's stored response and a message for the outside world
 //! commit together; a retry replays the response and writes nothing, and a
 //! worker delivers the message once the transaction has committed.
-//! Features `outbox` and `sqlite` (or `postgres`: `pg_in_transaction`).
+//! Features `outbox` and `sqlite` (or `postgres`: `store::postgres::pg_in_transaction`).
 //!
 //! ```
 //! # #[cfg(all(feature = "sqlite", feature = "outbox"))]
@@ -108,9 +117,10 @@
 //! use std::time::Duration;
 //!
 //! use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
-//! use idemkey::in_transaction::{Options, Outcome, sqlite_in_transaction_async};
+//! use idemkey::in_transaction::{Options, Outcome};
 //! use idemkey::outbox::{Delivery, Worker, WorkerSettings};
-//! use idemkey::store::{Db, SqliteDb};
+//! use idemkey::Db;
+//! use idemkey::store::sqlite::{SqliteDb, sqlite_in_transaction_async};
 //! use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 //!
 //! let path = std::env::temp_dir().join(format!("idemkey-doc-tx-{}.db", std::process::id()));
@@ -178,7 +188,8 @@
 //! use idemkey::idempotency::{RecordKey, Scope};
 //! use idemkey::in_transaction::{Options, Outcome};
 //! use idemkey::outbox::{Worker, WorkerSettings};
-//! use idemkey::store::{Db, StoreSettings};
+//! use idemkey::Db;
+//! use idemkey::store::StoreSettings;
 //! use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 //! use serde_json::json;
 //!
@@ -188,7 +199,7 @@
 //! #     let mut file = self.0.clone().into_os_string(); file.push(end); std::fs::remove_file(file).ok(); } } }
 //! # let _remove = Remove(path.clone());
 //! let db = Db::open(&format!("sqlite://{}", path.display()), &StoreSettings::default()).await?;
-//! # let lite = db.backend_as::<idemkey::store::SqliteDb>().unwrap();
+//! # let lite = db.backend_as::<idemkey::store::sqlite::SqliteDb>().unwrap();
 //! # lite.with_conn(|c| Ok(c.execute_batch("CREATE TABLE stock (sku TEXT, n INT); INSERT INTO stock VALUES ('tea', 5)"))).await??;
 //! // `stock` is the application's table, in the same file; the charges are
 //! // another system's, by the key each attempt sent.
@@ -234,9 +245,10 @@
 //! # fn main() {}
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(unreachable_pub)]
 
 pub mod duration;
-pub mod error;
+mod error;
 #[cfg(feature = "flow")]
 pub mod flow;
 pub mod idempotency;
@@ -260,8 +272,7 @@ pub mod serve;
 pub mod store;
 
 pub use error::StoreError;
-pub use idempotency::Records;
-pub use store::Db;
+pub use store::db::Db;
 
 /// The README's Rust snippets, compiled as doctests (and run where they
 /// need no server), so the crate's front page cannot drift from its API.

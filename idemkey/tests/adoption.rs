@@ -6,8 +6,9 @@
 //! before explicit names.
 
 use idemkey::Db;
+use idemkey::StoreError;
 use idemkey::store::migrations::Migration;
-use idemkey::store::{StoreError, StoreSettings, Tables};
+use idemkey::store::{StoreSettings, Tables};
 use idemkey_testkit::PgCluster;
 
 /// Longest prefix accepted: the generated name of the records' response
@@ -78,7 +79,7 @@ async fn postgres_adopts_only_the_table_its_migration_makes() {
     // The tables an earlier version made (the first versions' statements,
     // no bookkeeping) are adopted, not made again.
     let db = cluster.fresh_database().expect("database");
-    for m in idemkey::store::PgDb::library_migrations()
+    for m in idemkey::store::postgres::PgDb::library_migrations()
         .iter()
         .filter(|m| m.adopt.is_some())
     {
@@ -201,7 +202,7 @@ async fn a_long_prefix_drops_the_records_checks_as_a_short_one_does() {
     let before = Db::connect(&db.url, &settings(tables.clone()))
         .await
         .expect("connect");
-    let records = idemkey::store::PgDb::library_migrations();
+    let records = idemkey::store::postgres::PgDb::library_migrations();
     let old: Vec<Migration> = records
         .iter()
         .filter(|m| m.component == "records" && m.version <= 3)

@@ -16,7 +16,7 @@ use idemkey::idempotency::{
     TrimReport,
 };
 use idemkey::layer::{DEFAULT_OPERATION, IdempotencyLayer};
-use idemkey::store::SqliteDb;
+use idemkey::store::sqlite::SqliteDb;
 use idemkey_core::{IdempotencyKey, KeyProfile, Stored};
 use tower::ServiceExt as _;
 

@@ -305,8 +305,8 @@ async fn env(backend: &str) -> Env {
 
 async fn create_stock(db: &Db) {
     match (
-        db.backend_as::<idemkey::store::PgDb>(),
-        db.backend_as::<idemkey::store::SqliteDb>(),
+        db.backend_as::<idemkey::store::postgres::PgDb>(),
+        db.backend_as::<idemkey::store::sqlite::SqliteDb>(),
     ) {
         (Some(pg), _) => {
             let client = pg.client().await.expect("client");
@@ -336,8 +336,8 @@ async fn create_stock(db: &Db) {
 async fn stock(db: &Db, sku: &str) -> i64 {
     let sku = sku.to_owned();
     match (
-        db.backend_as::<idemkey::store::PgDb>(),
-        db.backend_as::<idemkey::store::SqliteDb>(),
+        db.backend_as::<idemkey::store::postgres::PgDb>(),
+        db.backend_as::<idemkey::store::sqlite::SqliteDb>(),
     ) {
         (Some(pg), _) => {
             let client = pg.client().await.expect("client");
@@ -692,7 +692,7 @@ async fn a_dead_step_is_listed_and_retried_like_the_outbox(backend: &str) {
 }
 
 async fn ended_executions_are_trimmed_with_the_records(backend: &str) {
-    use idemkey::Records;
+    use idemkey::idempotency::Records;
     let env = env(backend).await;
     let input = json!({ "sku": "none" });
     // Out of stock: ended in its first transaction.
@@ -798,8 +798,8 @@ async fn an_earlier_versions_running_flow_gets_its_window_from_its_end(backend: 
 
 async fn exec(db: &Db, sql: &'static str) {
     match (
-        db.backend_as::<idemkey::store::PgDb>(),
-        db.backend_as::<idemkey::store::SqliteDb>(),
+        db.backend_as::<idemkey::store::postgres::PgDb>(),
+        db.backend_as::<idemkey::store::sqlite::SqliteDb>(),
     ) {
         (Some(pg), _) => {
             pg.client()

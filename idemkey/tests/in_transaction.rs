@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use idemkey::Db as AnyDb;
 use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
-use idemkey::in_transaction::{
-    Error, Options, Outcome, pg_in_transaction, sqlite_in_transaction_async,
-};
-use idemkey::store::{PgDb, StoreSettings as PgSettings};
+use idemkey::in_transaction::{Error, Options, Outcome};
+use idemkey::store::StoreSettings as PgSettings;
+use idemkey::store::postgres::PgDb;
+use idemkey::store::postgres::pg_in_transaction;
+use idemkey::store::sqlite::sqlite_in_transaction_async;
 use idemkey_core::{ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 use idemkey_testkit::PgCluster;
 
@@ -32,7 +33,7 @@ impl Drop for TempDir {
 enum Db {
     Pg(PgDb),
     Sqlite {
-        store: idemkey::store::SqliteDb,
+        store: idemkey::store::sqlite::SqliteDb,
         path: PathBuf,
         _dir: TempDir,
     },
@@ -112,12 +113,12 @@ async fn sqlite() -> Env {
         )
         .expect("payments");
     let store = store
-        .backend_as::<idemkey::store::SqliteDb>()
+        .backend_as::<idemkey::store::sqlite::SqliteDb>()
         .expect("an SQLite URL opens SQLite")
         .clone();
     Env {
         db: Db::Sqlite {
-            store: idemkey::store::SqliteDb::clone(&store),
+            store: idemkey::store::sqlite::SqliteDb::clone(&store),
             path,
             _dir: TempDir(dir),
         },

@@ -25,7 +25,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use idemkey::Db;
-use idemkey::store::{PgDb, SqliteDb, StoreSettings};
+use idemkey::store::StoreSettings;
+use idemkey::store::postgres::PgDb;
+use idemkey::store::sqlite::SqliteDb;
 use idemkey_testkit::PgCluster;
 
 /// The page, from the repository's root.

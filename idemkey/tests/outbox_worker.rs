@@ -13,12 +13,15 @@ use std::time::{Duration, Instant};
 
 use idemkey::Db;
 use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
-use idemkey::in_transaction::{Options, pg_in_transaction, sqlite_in_transaction_async};
+use idemkey::in_transaction::Options;
 use idemkey::outbox::{
     Delivery, OutboxMessage, OutboxMetrics, OutboxOutcome, Rate, Settlement, Worker, WorkerSettings,
 };
 use idemkey::store::StoreSettings as PgSettings;
-use idemkey::store::{PgDb, SqliteDb};
+use idemkey::store::postgres::PgDb;
+use idemkey::store::postgres::pg_in_transaction;
+use idemkey::store::sqlite::SqliteDb;
+use idemkey::store::sqlite::sqlite_in_transaction_async;
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
 use idemkey_testkit::{Backend, TestDb as Env, eventually};
 use parking_lot::Mutex;

@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use idemkey::Db;
 use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
-use idemkey::in_transaction::{Options, Outcome, pg_in_transaction};
-use idemkey::store::{PgDb, PgPooler, StoreSettings as PgSettings};
+use idemkey::in_transaction::{Options, Outcome};
+use idemkey::store::postgres::PgDb;
+use idemkey::store::postgres::pg_in_transaction;
+use idemkey::store::{PgPooler, StoreSettings as PgSettings};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 use idemkey_testkit::BouncedDb;
 

@@ -59,8 +59,24 @@ async fn expiry_of(url: &str, k: &RecordKey) -> i64 {
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
+    // The record's name ends with the length-prefixed scope, operation and
+    // key (its hash tag comes first); a single node answers `KEYS`.
+    let (scope, operation, key) = (k.scope.as_str(), k.operation.as_str(), k.key.as_str());
+    let tail = format!(
+        ":{}:{scope}:{}:{operation}:{key}",
+        scope.len(),
+        operation.len()
+    );
+    let names: Vec<String> = redis::cmd("KEYS")
+        .arg("idemkey:*")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    let mut names = names.into_iter().filter(|name| name.ends_with(&tail));
+    let name = names.next().expect("the record is stored");
+    assert!(names.next().is_none(), "one record per key");
     redis::cmd("PEXPIRETIME")
-        .arg(idemkey::store::redis::record_name(k))
+        .arg(name)
         .query_async(&mut conn)
         .await
         .expect("PEXPIRETIME")

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idemkey::Db;
+use idemkey::StoreError;
 use idemkey::flow::{Attempt, External, Flow, FlowSettings, Flows, Local, StepError};
 use idemkey::idempotency::{
     ClaimToken, Claimed, NewClaim, RecordKey, Records, Scope, StoredResponse,
@@ -19,7 +20,7 @@ use idemkey::outbox::{Delivery, Worker, WorkerSettings};
 use idemkey::store::sqlx_postgres::{
     SqlxEffect, SqlxPgDb, SqlxTx, sqlx_error, sqlx_in_transaction,
 };
-use idemkey::store::{PgPooler, StoreError, StoreSettings, Tables};
+use idemkey::store::{PgPooler, StoreSettings, Tables};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy, Stored};
 use idemkey_testkit::{PgBouncer, PgBouncerOptions, PgCluster};
 use serde_json::{Value, json};

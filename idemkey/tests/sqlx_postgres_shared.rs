@@ -15,8 +15,9 @@ use idemkey::idempotency::{
     ClaimToken, Claimed, NewClaim, RecordKey, Records, Scope, StoredResponse,
 };
 use idemkey::layer::IdempotencyLayer;
+use idemkey::store::StoreSettings;
+use idemkey::store::postgres::PgDb;
 use idemkey::store::sqlx_postgres::SqlxPgDb;
-use idemkey::store::{PgDb, StoreSettings};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 use idemkey_testkit::PgCluster;
 use tower::ServiceExt as _;

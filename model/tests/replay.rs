@@ -318,11 +318,11 @@ struct Session {
 
 /// Where transactional requests get their connections.
 enum Connections {
-    Postgres(idemkey::store::PgDb),
+    Postgres(idemkey::store::postgres::PgDb),
     /// Each call in a transaction of the caller's own on the sqlx pool.
     Sqlx(SqlxPgDb),
     /// The store (its table names) and its file.
-    Sqlite(idemkey::store::SqliteDb, std::path::PathBuf),
+    Sqlite(idemkey::store::sqlite::SqliteDb, std::path::PathBuf),
     /// Lease mode: none.
     None,
 }
@@ -622,7 +622,7 @@ impl Replay<'_> {
             Connections::Postgres(store) => {
                 let store = store.clone();
                 tokio::spawn(async move {
-                    in_transaction::pg_in_transaction(
+                    idemkey::store::postgres::pg_in_transaction(
                         &store,
                         &key,
                         fingerprint(payload),
@@ -671,7 +671,7 @@ impl Replay<'_> {
                 let conn = rusqlite::Connection::open(path).expect("open SQLite");
                 conn.busy_timeout(Duration::from_secs(10))
                     .expect("busy timeout");
-                tokio::spawn(in_transaction::sqlite_in_transaction_async(
+                tokio::spawn(idemkey::store::sqlite::sqlite_in_transaction_async(
                     lite,
                     Arc::new(parking_lot::Mutex::new(conn)),
                     key,
@@ -1005,8 +1005,8 @@ async fn replay_on(store: &Store, bounds: &Bounds, walks: &[Walk]) -> Vec<String
             let db = &dbs[&unit];
             let connections = match (
                 store.drive,
-                db.backend_as::<idemkey::store::PgDb>(),
-                db.backend_as::<idemkey::store::SqliteDb>(),
+                db.backend_as::<idemkey::store::postgres::PgDb>(),
+                db.backend_as::<idemkey::store::sqlite::SqliteDb>(),
             ) {
                 (Drive::InTransaction, Some(pg), _) => Connections::Postgres(pg.clone()),
                 (Drive::InTransaction, None, None) if target.sqlx => Connections::Sqlx(

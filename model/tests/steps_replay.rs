@@ -364,8 +364,8 @@ fn settings() -> FlowSettings {
 
 async fn sql_rows(db: &Db, sql: &str, params: &[String]) -> Vec<Vec<Option<String>>> {
     match (
-        db.backend_as::<idemkey::store::PgDb>(),
-        db.backend_as::<idemkey::store::SqliteDb>(),
+        db.backend_as::<idemkey::store::postgres::PgDb>(),
+        db.backend_as::<idemkey::store::sqlite::SqliteDb>(),
     ) {
         (Some(pg), _) => {
             let sql = sql.replace("{now}", "statement_timestamp()");
@@ -402,8 +402,8 @@ async fn sql_rows(db: &Db, sql: &str, params: &[String]) -> Vec<Vec<Option<Strin
 
 async fn sql_exec(db: &Db, sql: &str, params: &[String]) -> u64 {
     match (
-        db.backend_as::<idemkey::store::PgDb>(),
-        db.backend_as::<idemkey::store::SqliteDb>(),
+        db.backend_as::<idemkey::store::postgres::PgDb>(),
+        db.backend_as::<idemkey::store::sqlite::SqliteDb>(),
     ) {
         (Some(pg), _) => {
             let sql = sql.replace("{now}", "statement_timestamp()");

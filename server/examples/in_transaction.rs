@@ -22,10 +22,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use idemkey::store::sqlite::sqlite_in_transaction_async;
 use idemkey_core::{ExpiryPolicy, Fingerprint, IdempotencyKey, KeyProfile, OperationId};
 use idemkey_server::db::{AccountId, Db, PgSettings, TokenHash};
 use idemkey_server::idempotency::{RecordKey, StoredResponse};
-use idemkey_server::in_transaction::{Options, sqlite_in_transaction_async};
+use idemkey_server::in_transaction::Options;
 use parking_lot::Mutex;
 use tower::ServiceExt as _;
 
@@ -34,7 +35,7 @@ const OPERATION: OperationId = OperationId::from_static("POST /payments:v1");
 #[derive(Clone)]
 struct App {
     /// The store: its table names for the records.
-    store: idemkey::store::SqliteDb,
+    store: idemkey::store::sqlite::SqliteDb,
     conn: Arc<Mutex<rusqlite::Connection>>,
     /// The one account of this demo (a real app takes it from its auth).
     account: AccountId,
@@ -141,7 +142,7 @@ async fn open(path: &Path) -> Result<App, Box<dyn std::error::Error>> {
         unreachable!("a sqlite:// URL")
     };
     Ok(App {
-        store: idemkey::store::SqliteDb::clone(&sqlite),
+        store: idemkey::store::sqlite::SqliteDb::clone(&sqlite),
         conn: Arc::new(Mutex::new(conn)),
         account,
     })

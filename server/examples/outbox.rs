@@ -21,10 +21,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse as _;
 use axum::routing::{get, post};
 use idemkey::outbox::{Delivery, Worker, WorkerSettings};
+use idemkey::store::sqlite::sqlite_in_transaction_async;
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy};
 use idemkey_server::db::{Db, PgSettings, TokenHash};
 use idemkey_server::idempotency::{RecordKey, StoredResponse};
-use idemkey_server::in_transaction::{Options, sqlite_in_transaction_async};
+use idemkey_server::in_transaction::Options;
 use parking_lot::Mutex;
 
 const OPERATION: OperationId = OperationId::from_static("POST /signups:v1");

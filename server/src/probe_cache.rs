@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 
-use idemkey::outbox::message::OutboxStats;
+use idemkey::outbox::OutboxStats;
 
 /// How long a probe's answer from the database is reused.
 pub const PROBE_FRESH_FOR: Duration = Duration::from_secs(1);

@@ -9,5 +9,5 @@ use idemkey_core::UnixMillis;
 
 /// Now, by this process's clock: for display only (see the module docs).
 pub fn display_now() -> UnixMillis {
-    idemkey::store::from_system_time(SystemTime::now())
+    idemkey::duration::from_system_time(SystemTime::now())
 }

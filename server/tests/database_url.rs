@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use idemkey::store::PgDb;
+use idemkey::store::postgres::PgDb;
 use idemkey_server::db::{Db, PgSettings};
 
 mod common;

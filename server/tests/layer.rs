@@ -21,7 +21,8 @@ use axum::http::{Request, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
 use idemkey::Db;
-use idemkey::store::{SqliteDb, StoreSettings as PgSettings};
+use idemkey::store::StoreSettings as PgSettings;
+use idemkey::store::sqlite::SqliteDb;
 use idemkey_core::{ExpiryPolicy, Fingerprint};
 // The fixture is part of the binary, not the library: its routes are
 // compiled into this test from the same file.

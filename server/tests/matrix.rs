@@ -308,8 +308,8 @@ async fn create_stock(db: &Db) {
         return;
     }
     match (
-        db.backend_as::<idemkey::store::PgDb>(),
-        db.backend_as::<idemkey::store::SqliteDb>(),
+        db.backend_as::<idemkey::store::postgres::PgDb>(),
+        db.backend_as::<idemkey::store::sqlite::SqliteDb>(),
     ) {
         (Some(pg), _) => {
             let client = pg.client().await.expect("client");
@@ -343,7 +343,8 @@ async fn in_transaction_enqueue(
     key: &RecordKey,
     payload: &'static str,
 ) -> Result<Outcome, String> {
-    use idemkey::in_transaction::{pg_in_transaction, sqlite_in_transaction_async};
+    use idemkey::store::postgres::pg_in_transaction;
+    use idemkey::store::sqlite::sqlite_in_transaction_async;
     let options = Options::new(Duration::from_secs(3600));
     let response = StoredResponse::new(201, "{}");
     let key2 = key.clone();
@@ -354,7 +355,7 @@ async fn in_transaction_enqueue(
             move |mut tx| {
                 Box::pin(async move {
                     tx.enqueue(&key2, MAIL, None, payload).await?;
-                    Ok::<_, idemkey::store::StoreError>(response)
+                    Ok::<_, idemkey::StoreError>(response)
                 })
             }
         })
@@ -366,13 +367,13 @@ async fn in_transaction_enqueue(
         return Ok(outcome);
     }
     match (
-        db.backend_as::<idemkey::store::PgDb>(),
-        db.backend_as::<idemkey::store::SqliteDb>(),
+        db.backend_as::<idemkey::store::postgres::PgDb>(),
+        db.backend_as::<idemkey::store::sqlite::SqliteDb>(),
     ) {
         (Some(pg), _) => pg_in_transaction(pg, key, fingerprint("{}"), &options, move |tx| {
             Box::pin(async move {
                 tx.enqueue(&key2, MAIL, None, payload).await?;
-                Ok::<_, idemkey::store::StoreError>(response)
+                Ok::<_, idemkey::StoreError>(response)
             })
         })
         .await
@@ -385,7 +386,7 @@ async fn in_transaction_enqueue(
             options,
             move |tx| {
                 tx.enqueue(&key2, MAIL, None, payload)?;
-                Ok::<_, idemkey::store::StoreError>(response)
+                Ok::<_, idemkey::StoreError>(response)
             },
         )
         .await

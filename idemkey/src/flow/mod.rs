@@ -47,10 +47,10 @@
 //! "once" ends where the downstream's key retention ends. See
 //! `docs/multi-step.md`.
 
-pub mod declare;
+mod declare;
 pub(crate) mod machine;
 mod run;
-pub mod state;
+mod state;
 
 pub use crate::store::flow::STEP_EFFECT;
 pub use declare::{

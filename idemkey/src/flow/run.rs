@@ -18,14 +18,15 @@ use uuid::Uuid;
 use super::declare::{Attempt, Flow, Kind, StepError};
 use super::machine::{self, Action, Outcome as Step, Recorded, StepMessage};
 use super::state::{FlowRow, FlowState, StateDocument};
+use crate::Db;
 use crate::idempotency::{Done, RecordKey, StoredResponse};
 use crate::in_transaction::{Error, Options, Outcome};
 use crate::outbox::{Delivery, MAX_RETRY_AFTER, Settled, Worker};
+use crate::store::StoreError;
 use crate::store::backend::BoxFuture;
 use crate::store::flow::{Journal, JournalWork, OPEN_WINDOW, STEP_EFFECT};
 use crate::store::in_transaction::finish;
 use crate::store::outbox::OutboxMessage;
-use crate::store::{Db, StoreError};
 
 /// How executions answer and run.
 #[derive(Clone, Debug)]

@@ -83,12 +83,13 @@
 //! # Example
 //! ```no_run
 //! use axum::{Router, routing::post};
-//! use idemkey::store::{Db, PgSettings};
+//! use idemkey::Db;
+//! use idemkey::store::StoreSettings;
 //! use idemkey::layer::IdempotencyLayer;
 //! use std::time::Duration;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let db = Db::open("sqlite://leases.db", &PgSettings::default()).await?;
+//! let db = Db::open("sqlite://leases.db", &StoreSettings::default()).await?;
 //! // Records are scoped by the authenticated caller, e.g. an account id an
 //! // authentication layer put in the extensions.
 //! let idempotent = IdempotencyLayer::new(db, |parts| {
@@ -106,7 +107,7 @@
 //!
 //! A layer cannot be built without a scope function:
 //! ```compile_fail
-//! # async fn run(db: idemkey::store::Db) {
+//! # async fn run(db: idemkey::Db) {
 //! let layer = idemkey::layer::IdempotencyLayer::new(db);
 //! # }
 //! ```
@@ -121,9 +122,9 @@ use idemkey_core::{
 };
 use tower::Layer;
 
+use crate::Db;
 use crate::idempotency::{DEFAULT_RETRY_AFTER, Mode, Policy, Records};
 use crate::metrics::Metrics;
-use crate::store::Db;
 
 mod body;
 mod config;

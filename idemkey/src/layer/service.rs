@@ -16,10 +16,10 @@ use tracing::{info, warn};
 
 use super::body::{Capped, read_capped};
 use super::{Config, Trimmer};
+use crate::Db;
 use crate::idempotency::{self, Done, Outcome, RecordKey, Records, Scope, StoredResponse};
 use crate::metrics::{FrontEnd, Metrics};
 use crate::problems::{ApiError, UNAVAILABLE_RETRY_AFTER_SECS, problem_response};
-use crate::store::Db;
 
 /// The [`tower::Service`] built by [`IdempotencyLayer`](super::IdempotencyLayer).
 #[derive(Clone, Debug)]

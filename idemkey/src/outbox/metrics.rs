@@ -6,7 +6,7 @@
 use crate::metrics::Family;
 
 /// The name of the deliveries counter, as a recorder sees it.
-pub const DELIVERIES: &str = "idemkey_outbox_deliveries_total";
+pub(super) const DELIVERIES: &str = "idemkey_outbox_deliveries_total";
 
 /// Deliveries by effect and outcome, counted by the workers of this process.
 #[derive(Debug)]

@@ -5,16 +5,16 @@
 //! ([`enqueue`](crate::in_transaction) on the open transaction); a
 //! [`Worker`] delivers the message later, at least once, and the
 //! downstream deduplicates the repeats by the key derived from the
-//! message's idempotency key ([`message::OutboxMessage::downstream_key`]).
+//! message's idempotency key ([`OutboxMessage::downstream_key`]).
 //! "Once" ends where the downstream's own key retention ends.
 
-/// The messages as the stores read and write them.
-pub use crate::store::outbox as message;
 mod metrics;
 mod throttle;
 mod worker;
 
-pub use message::{OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement};
+pub use crate::store::outbox::{
+    OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
+};
 pub use metrics::OutboxMetrics;
 pub use throttle::Rate;
 pub use worker::{

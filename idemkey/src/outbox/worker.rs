@@ -42,8 +42,9 @@ use tracing::{info, warn};
 
 use super::OutboxMetrics;
 use super::throttle::{Rate, Throttle};
+use crate::Db;
+use crate::store::StoreError;
 use crate::store::outbox::{OutboxMessage, OutboxOutcome, Settlement};
-use crate::store::{Db, StoreError};
 
 /// The longest an outcome waits for others to be settled with: its lease
 /// is running, and the message's next attempt (if any) is not due before

@@ -4,7 +4,7 @@
 //! outside every backend's folder, the way sqlx's drivers implement its
 //! `Database` traits. The engine, the Layer, the outbox worker, the step
 //! journal and the trim reach a store only through these traits, by way of
-//! [`Db`](super::Db), which holds any of them type-erased.
+//! [`Db`](crate::Db), which holds any of them type-erased.
 
 use std::any::Any;
 use std::future::Future;
@@ -21,13 +21,13 @@ use crate::store::settings::StoreSettings;
 
 pub use super::boxed::BoxFuture;
 
-/// A store of the library's records that [`Db`](super::Db) can hold: its
+/// A store of the library's records that [`Db`](crate::Db) can hold: its
 /// lifecycle (migrations, readiness, pool figures) on top of [`Records`].
 /// A backend is one folder under `store/` implementing this (and the
 /// capabilities it has: [`Backend::outbox`], [`Backend::journal`]), behind
 /// one cargo feature, with one registration line in `store/db.rs`.
 pub trait Backend: Records + Clone + std::fmt::Debug + Send + Sync + 'static {
-    /// The backend's name, as [`Db::backend`](super::Db::backend) reports
+    /// The backend's name, as [`Db::backend`](crate::Db::backend) reports
     /// it and as a flow's local steps are keyed (`postgres`, `sqlite`).
     const NAME: &'static str;
 
@@ -105,7 +105,7 @@ pub(crate) type Connect = for<'a> fn(
     &'a StoreSettings,
 ) -> BoxFuture<'a, Result<Arc<dyn DynBackend>, StoreError>>;
 
-/// One line of [`Db`](super::Db)'s registration: how a backend recognises
+/// One line of [`Db`](crate::Db)'s registration: how a backend recognises
 /// its URLs and opens them.
 #[derive(Clone, Copy)]
 pub(crate) struct Opener {
@@ -161,7 +161,7 @@ pub trait OutboxStore: Send + Sync {
     ) -> BoxFuture<'_, Result<crate::store::outbox::Requeued, StoreError>>;
 }
 
-/// [`Backend`] and [`Records`] with boxed futures, so that [`Db`](super::Db)
+/// [`Backend`] and [`Records`] with boxed futures, so that [`Db`](crate::Db)
 /// can hold any backend behind one pointer.
 pub(crate) trait DynBackend: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;

@@ -4,9 +4,9 @@
 //! The library migrates only its own components: `records` (the records
 //! table) and, with the `outbox` feature, `outbox`. An application may run
 //! its own components through the same runner
-//! ([`Db::migrate_with`](super::Db::migrate_with)): they share the
+//! ([`Db::migrate_with`](crate::Db::migrate_with)): they share the
 //! bookkeeping, the lock that serialises processes starting at once, and
-//! `/readyz`'s view of what is pending ([`Db::pending_migrations`](super::Db::pending_migrations)).
+//! `/readyz`'s view of what is pending ([`Db::pending_migrations`](crate::Db::pending_migrations)).
 //!
 //! A table created before this bookkeeping existed (by an earlier version
 //! that kept one `schema_migrations` list for everything) is **adopted**:

@@ -16,28 +16,28 @@
 //! Each backend is one folder behind one cargo feature (`postgres/`,
 //! `sqlite/`, `redis/`), holding its statements (each in a `.sql` file next
 //! to its code), its migrations and its implementations of the seam.
-//! [`Db`], opened from a URL, holds any of them type-erased and is the one
+//! [`Db`](crate::Db), opened from a URL, holds any of them type-erased and is the one
 //! registration point. **A new backend (a MySQL store, say) is one new
 //! folder here, one feature line in `Cargo.toml`, its `mod` line below and
 //! one line in `db.rs`'s registration list**: nothing else matches on the
 //! backend. An application reaches its own backend's SQL through
-//! [`Db::backend_as`].
+//! [`Db::backend_as`](crate::Db::backend_as).
 
 pub(crate) mod backend;
 mod boxed;
-mod db;
+pub(crate) mod db;
 #[cfg(feature = "flow")]
-pub mod flow;
+pub(crate) mod flow;
 pub(crate) mod in_transaction;
 pub mod migrations;
 #[cfg(feature = "outbox")]
-pub mod outbox;
+pub(crate) mod outbox;
 mod pool;
 mod settings;
 #[cfg(feature = "flow")]
 pub(crate) mod step;
 mod stored;
-pub mod tables;
+mod tables;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -48,22 +48,12 @@ pub mod sqlite;
 #[cfg(feature = "sqlx-postgres")]
 pub mod sqlx_postgres;
 
-pub use crate::duration::{from_system_time, millis, to_system_time};
-pub use crate::error::StoreError;
+pub(crate) use crate::error::StoreError;
 #[cfg(feature = "outbox")]
 pub use backend::OutboxStore;
 pub use backend::{Backend, BoxFuture, Effect, Transactional};
-pub use db::{DEFAULT_DATABASE_URL, Db};
+pub use db::DEFAULT_DATABASE_URL;
 pub use pool::PoolStatus;
-#[cfg(feature = "postgres")]
-pub use postgres::PgDb;
-#[cfg(feature = "redis")]
-pub use redis::RedisDb;
-pub use settings::{DEFAULT_SQLITE_READERS, PgPooler, RedisSettings, StoreSettings};
-#[cfg(feature = "sqlite")]
-pub use sqlite::SqliteDb;
+pub use settings::{PgPooler, RedisSettings, StoreSettings};
 pub use stored::decode_response;
 pub use tables::Tables;
-
-/// The settings of [`Db::open`] (named for the backend that has most).
-pub type PgSettings = StoreSettings;

@@ -43,7 +43,7 @@ impl OutboxMessage {
     /// second order of a re-executed key gets a key of its own.
     ///
     /// A message an earlier version already sent under the tuple-only key
-    /// ([`Self::legacy_downstream_key`], recorded in `sent_key`) keeps that
+    /// ([`idemkey_core::downstream_key_of`], recorded in `sent_key`) keeps that
     /// key: the downstream deduplicates its deliveries by it.
     pub fn downstream_key(&self) -> DownstreamKey {
         let legacy = self.legacy_downstream_key();
@@ -68,7 +68,7 @@ impl OutboxMessage {
     /// The key versions before the per-instance one sent: derived from the
     /// key tuple alone ([`downstream_key_of`]), so shared by every
     /// execution of one key.
-    pub fn legacy_downstream_key(&self) -> DownstreamKey {
+    fn legacy_downstream_key(&self) -> DownstreamKey {
         downstream_key_of(&self.scope, &self.operation, &self.key, &self.effect)
     }
 
@@ -78,17 +78,6 @@ impl OutboxMessage {
         match &self.resource_id {
             Some(resource) => resource.clone(),
             None => format!("outbox:{}", self.id),
-        }
-    }
-
-    /// Whether the downstream may hold this effect under the tuple-only key
-    /// ([`Self::legacy_downstream_key`]): an earlier attempt recorded it, or
-    /// a worker claimed the message and never settled it (it may have been
-    /// an earlier version, which sent that key).
-    pub fn maybe_sent_legacy(&self) -> bool {
-        match &self.sent_key {
-            Some(sent) => sent == self.legacy_downstream_key().as_str(),
-            None => self.attempts > 1,
         }
     }
 
@@ -158,15 +147,15 @@ impl Settlement {
         match self {
             Self::Delivered { result } => (Some(result), None, 0),
             Self::Failed { reason } => (Some(reason), None, 0),
-            Self::Retry { after, error } => (None, Some(error), crate::store::millis(*after)),
+            Self::Retry { after, error } => (None, Some(error), crate::duration::millis(*after)),
             Self::Dead { error } => (None, Some(error), 0),
-            Self::Postponed { after } => (None, None, crate::store::millis(*after)),
+            Self::Postponed { after } => (None, None, crate::duration::millis(*after)),
         }
     }
 }
 
 /// One claimed message's outcome, as a worker settles it with others in one
-/// write ([`crate::store::Db::settle_outbox_batch`]).
+/// write ([`crate::Db::settle_outbox_batch`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutboxOutcome {
     /// The message, with the lease of its claim.

@@ -1,4 +1,4 @@
-//! How [`Db::open`](super::Db::open) connects: pool bounds and timeouts,
+//! How [`Db::open`](crate::Db::open) connects: pool bounds and timeouts,
 //! what sits in front of PostgreSQL, the names of the library's tables and
 //! the Redis store's settings.
 
@@ -55,7 +55,7 @@ impl Default for StoreSettings {
 }
 
 /// Default number of SQLite's read-only connections.
-pub const DEFAULT_SQLITE_READERS: usize = 2;
+pub(crate) const DEFAULT_SQLITE_READERS: usize = 2;
 
 /// What sits between idemkey and PostgreSQL.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

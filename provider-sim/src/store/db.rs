@@ -2,7 +2,8 @@
 
 use idemkey::StoreError;
 use idemkey::store::migrations::{Adopt, Migration};
-use idemkey::store::{PgDb, SqliteDb};
+use idemkey::store::postgres::PgDb;
+use idemkey::store::sqlite::SqliteDb;
 use uuid::Uuid;
 
 use super::charge::{Charge, ChargeWrite, Endpoint, NewCharge, ProviderRequest, RequestKind};
@@ -116,10 +117,10 @@ impl Db {
         let mut all = store.library_migrations();
         all.extend(migrations(store.backend()));
         store.migrate_with(&all).await?;
-        if let Some(db) = store.backend_as::<idemkey::store::PgDb>() {
+        if let Some(db) = store.backend_as::<idemkey::store::postgres::PgDb>() {
             return Ok(Self::Postgres(db.clone()));
         }
-        if let Some(db) = store.backend_as::<idemkey::store::SqliteDb>() {
+        if let Some(db) = store.backend_as::<idemkey::store::sqlite::SqliteDb>() {
             return Ok(Self::Sqlite(db.clone()));
         }
         Err(StoreError::Unsupported(CHARGES_NEED_SQL.into()))

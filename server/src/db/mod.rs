@@ -28,7 +28,8 @@ mod without_payments;
 pub use accounts::{AccountSummary, DemoAccount, Revocation, TokenId, TokenSummary};
 pub use caller::{AccountId, Authed, TokenHash};
 pub use idemkey::StoreError;
-pub use idemkey::store::{PgPooler, StoreSettings as PgSettings, from_system_time, to_system_time};
+pub use idemkey::duration::{from_system_time, to_system_time};
+pub use idemkey::store::{PgPooler, StoreSettings as PgSettings};
 pub(crate) use order::OrderEffectError;
 pub use order::{
     Order, OrderAnswer, OrderAttempt, OrderDraft, Payment, PaymentState, Price, Refusal,

@@ -6,7 +6,9 @@ use std::time::Duration;
 use idemkey::StoreError;
 use idemkey::idempotency::{Policy, Read};
 use idemkey::store::migrations::{Adopt, Migration};
-use idemkey::store::{PgDb, PoolStatus, SqliteDb, StoreSettings};
+use idemkey::store::postgres::PgDb;
+use idemkey::store::sqlite::SqliteDb;
+use idemkey::store::{PoolStatus, StoreSettings};
 use idemkey_core::{IdempotencyKey, OperationId};
 use uuid::Uuid;
 

@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 use crate::payments::client::{Attempt, FoundCharge, ProviderClient};
 use idemkey::outbox::Delivery;
-use idemkey::outbox::message::OutboxMessage;
+use idemkey::outbox::OutboxMessage;
+use idemkey_core::{DownstreamKey, downstream_key_of};
 
 /// The effect name of an order's payment.
 pub const CHARGE: &str = "charge";
@@ -40,6 +41,27 @@ pub fn charge_delivery(
     }
 }
 
+/// The key versions before the per-instance one sent: derived from the key
+/// tuple alone, so shared by every execution of one key.
+fn legacy_downstream_key(message: &OutboxMessage) -> DownstreamKey {
+    downstream_key_of(
+        &message.scope,
+        &message.operation,
+        &message.key,
+        &message.effect,
+    )
+}
+
+/// Whether the provider may hold this charge under the tuple-only key: an
+/// earlier attempt recorded it, or a worker claimed the message and never
+/// settled it (it may have been an earlier version, which sent that key).
+fn maybe_sent_legacy(message: &OutboxMessage) -> bool {
+    match &message.sent_key {
+        Some(sent) => sent == legacy_downstream_key(message).as_str(),
+        None => message.attempts > 1,
+    }
+}
+
 async fn deliver(client: &ProviderClient, message: &OutboxMessage) -> Delivery {
     let Some((charge, order_id)) = serde_json::from_str::<Charge>(&message.payload)
         .ok()
@@ -49,14 +71,14 @@ async fn deliver(client: &ProviderClient, message: &OutboxMessage) -> Delivery {
     };
     let ours = |found: &FoundCharge| found.is_for(order_id, charge.amount_cents, &charge.currency);
     let own = message.instance_downstream_key();
-    let legacy = message.legacy_downstream_key();
+    let legacy = legacy_downstream_key(message);
     let mut key = message.downstream_key();
     if message.maybe_sent() {
         // An earlier attempt may have charged: never charge again blindly.
         // A message an earlier version may have sent under the tuple-only
         // key is looked up under that key too.
         let mut keys = vec![own];
-        if message.maybe_sent_legacy() {
+        if maybe_sent_legacy(message) {
             keys.push(legacy);
         }
         for looked_up in keys {

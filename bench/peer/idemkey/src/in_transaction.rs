@@ -14,9 +14,9 @@ use axum::routing::post;
 use idemkey_core::{IdempotencyKey, KeyProfile, Problem};
 use idemkey::Db;
 use idemkey::idempotency::{RecordKey, Scope, StoredResponse};
-use idemkey::in_transaction::{
-    Options, Outcome, pg_in_transaction, sqlite_in_transaction_async,
-};
+use idemkey::in_transaction::{Options, Outcome};
+use idemkey::store::postgres::pg_in_transaction;
+use idemkey::store::sqlite::sqlite_in_transaction_async;
 use idemkey::layer::{DEFAULT_OPERATION, default_fingerprint};
 use idemkey::problems::problem_response;
 

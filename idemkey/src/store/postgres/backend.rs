@@ -1,6 +1,6 @@
 //! PostgreSQL behind the store's seam: its [`Backend`] lifecycle, its
 //! outbox and step journal as capabilities, and the line that registers it
-//! with [`Db`](crate::store::Db)(crate::store::Db).
+//! with [`Db`](crate::Db).
 
 use super::db::PgDb;
 use crate::error::StoreError;
@@ -11,7 +11,7 @@ use crate::store::migrations::Migration;
 use crate::store::pool::PoolStatus;
 use crate::store::settings::StoreSettings;
 
-/// How [`Db`](crate::store::Db) recognises and opens a PostgreSQL URL (`postgres://`,
+/// How [`Db`](crate::Db) recognises and opens a PostgreSQL URL (`postgres://`,
 /// `postgresql://`, or libpq's `host=... dbname=...` form).
 pub(crate) const OPENER: Opener = Opener { accepts, connect };
 

@@ -358,7 +358,7 @@ async fn applied_migrations(
 }
 
 /// How the store's own connections send a statement: decided in
-/// [`send`], from the store's pooler.
+/// the `send` module, from the store's pooler.
 impl PgDb {
     /// `sql`'s rows on `conn`, one of this store's own connections
     /// ([`PgDb::client`]): prepared once per connection on a direct path,

@@ -66,7 +66,7 @@ pub(crate) async fn trim(
         .execute_typed(
             &tables.render_static(TRIM),
             &[
-                (&crate::store::millis(retention), Type::INT8),
+                (&crate::duration::millis(retention), Type::INT8),
                 (&i64::from(batch), Type::INT8),
             ],
         )
@@ -412,7 +412,7 @@ impl PgDb {
                 &[
                     (&scope, Type::TEXT),
                     (&id.to_string(), Type::TEXT),
-                    (&crate::store::millis(revive_within), Type::INT8),
+                    (&crate::duration::millis(revive_within), Type::INT8),
                 ],
             )
             .await

@@ -7,7 +7,7 @@
 //! costs one round trip in the common case. Behind a
 //! transaction pooler ([`PgPooler::Transaction`](crate::store::PgPooler::Transaction)) no statement depends on
 //! the session: all are unnamed (`query_typed`, still one round trip).
-//! [`send`] is the one place that decides how a statement goes.
+//! Its `send` module is the one place that decides how a statement goes.
 //!
 //! Everything that touches the library's tables is reached through the
 //! store ([`PgDb`], or the [`PgTx`] a transaction's effect receives), so it
@@ -25,7 +25,7 @@ mod in_transaction;
 mod outbox;
 mod pooler;
 mod records;
-pub mod send;
+mod send;
 mod statements;
 mod tls;
 mod transaction;
@@ -38,4 +38,4 @@ pub use flow::PgStepFuture;
 pub use in_transaction::pg_in_transaction;
 pub use records::{PgRecords, read_from_row};
 pub use send::{Param, execute_in, query_in};
-pub use transaction::{PgEffect, PgResponseFuture, PgTx, run_in_transaction, set_lock_timeout};
+pub use transaction::{PgEffect, PgResponseFuture, PgTx, run_in_transaction};

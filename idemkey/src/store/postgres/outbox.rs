@@ -13,11 +13,13 @@ use uuid::Uuid;
 use super::db::PgDb;
 use super::error::db_error;
 use super::send;
+use crate::duration::from_system_time;
+use crate::duration::millis;
 use crate::idempotency::RecordKey;
 use crate::store::outbox::{
     OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
 };
-use crate::store::{StoreError, Tables, from_system_time, millis};
+use crate::store::{StoreError, Tables};
 
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 const CLAIM: &str = include_str!("sql/outbox_claim.sql");

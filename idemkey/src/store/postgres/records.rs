@@ -23,11 +23,13 @@ use super::db::PgDb;
 use super::error::db_error;
 use super::send::{self, Param};
 use super::statements::Statements;
+use crate::duration::from_system_time;
+use crate::duration::millis;
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, decode_response, from_system_time, millis};
+use crate::store::{StoreError, decode_response};
 
 /// The records of one client or open transaction.
 #[derive(Debug)]

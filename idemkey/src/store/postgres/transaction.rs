@@ -81,7 +81,10 @@ impl<'c> Deref for PgTx<'_, 'c> {
 }
 
 /// `SET LOCAL lock_timeout` for the rest of `tx`.
-pub async fn set_lock_timeout(tx: &Transaction<'_>, timeout: Duration) -> Result<(), StoreError> {
+pub(crate) async fn set_lock_timeout(
+    tx: &Transaction<'_>,
+    timeout: Duration,
+) -> Result<(), StoreError> {
     tx.batch_execute(&format!("SET LOCAL lock_timeout = {}", timeout.as_millis()))
         .await
         .map_err(db_error)

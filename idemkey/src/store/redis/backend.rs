@@ -1,5 +1,5 @@
 //! Redis behind the store's seam: records of the idempotency layer (lease
-//! mode) only, and the line that registers it with [`Db`](crate::store::Db)(crate::store::Db).
+//! mode) only, and the line that registers it with [`Db`](crate::Db).
 
 use super::{RedisDb, is_redis_url};
 use crate::error::StoreError;
@@ -9,7 +9,7 @@ use crate::store::backend::{Backend, BoxFuture, DynBackend, Opener};
 use crate::store::pool::PoolStatus;
 use crate::store::settings::StoreSettings;
 
-/// How [`Db`](crate::store::Db) recognises and opens a Redis node or cluster's URL.
+/// How [`Db`](crate::Db) recognises and opens a Redis node or cluster's URL.
 pub(crate) const OPENER: Opener = Opener {
     accepts: is_redis_url,
     connect,

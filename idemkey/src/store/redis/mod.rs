@@ -12,7 +12,7 @@
 //! Never the store of `in_transaction` or of an application's own
 //! transaction: those write the effect and its record in one database
 //! transaction, which Redis cannot join. It holds no outbox either: the
-//! outbox calls of [`Db`](super::Db) answer [`StoreError::Unsupported`] on
+//! outbox calls of [`Db`](crate::Db) answer [`StoreError::Unsupported`] on
 //! Redis, and an application that keeps its effects in a transaction (the
 //! order service, the simulator) refuses a Redis URL when it opens.
 //!
@@ -48,7 +48,7 @@ mod records;
 
 pub(crate) use backend::OPENER;
 
-pub use crate::store::settings::RedisSettings;
+pub(crate) use crate::store::settings::RedisSettings;
 
 /// The connection: one multiplexed connection to a single node (reconnected
 /// on failure), or a cluster connection that follows `MOVED` and `ASK`.
@@ -278,7 +278,7 @@ impl RedisDb {
 /// scope, operation and key, where `TAG` is a hash of the three. The tag
 /// comes first, so it is the key's cluster hash tag: records spread evenly
 /// over the slots whatever braces a client puts in its keys.
-pub fn record_name(key: &RecordKey) -> Vec<u8> {
+pub(crate) fn record_name(key: &RecordKey) -> Vec<u8> {
     let (scope, operation, k) = (key.scope.as_str(), key.operation.as_str(), key.key.as_str());
     let mut hash = Sha256::new();
     for part in [scope, operation, k] {

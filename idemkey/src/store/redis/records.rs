@@ -16,11 +16,12 @@ use redis::Script;
 use uuid::Uuid;
 
 use super::{RedisDb, record_name};
+use crate::duration::millis;
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, decode_response, millis};
+use crate::store::{StoreError, decode_response};
 
 /// A script from `lua/`, after the shared clock prelude (`lua/clock.lua`).
 macro_rules! script {

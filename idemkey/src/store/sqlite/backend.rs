@@ -1,6 +1,6 @@
 //! SQLite behind the store's seam: its [`Backend`] lifecycle, its
 //! outbox and step journal as capabilities, and the line that registers it
-//! with [`Db`](crate::store::Db)(crate::store::Db).
+//! with [`Db`](crate::Db).
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use crate::store::migrations::Migration;
 use crate::store::pool::PoolStatus;
 use crate::store::settings::StoreSettings;
 
-/// How [`Db`](crate::store::Db) recognises and opens a SQLite URL: `sqlite://PATH`
+/// How [`Db`](crate::Db) recognises and opens a SQLite URL: `sqlite://PATH`
 /// (relative to the working directory; `sqlite:///abs/path` for an
 /// absolute one).
 pub(crate) const OPENER: Opener = Opener { accepts, connect };

@@ -112,7 +112,10 @@ pub(crate) fn trim(
 ) -> Result<u64, StoreError> {
     conn.prepare_cached(&tables.render_static(TRIM))
         .and_then(|mut stmt| {
-            stmt.execute(params![crate::store::millis(retention), i64::from(batch)])
+            stmt.execute(params![
+                crate::duration::millis(retention),
+                i64::from(batch)
+            ])
         })
         .map(|n| n as u64)
         .map_err(sqlite_error)
@@ -437,7 +440,7 @@ impl SqliteDb {
     ) -> Result<u64, StoreError> {
         let tables = self.tables().clone();
         let scope = scope.to_owned();
-        let within = crate::store::millis(revive_within);
+        let within = crate::duration::millis(revive_within);
         self.with_conn(move |conn| {
             conn.prepare_cached(&tables.render_static(RESUME))
                 .and_then(|mut stmt| stmt.execute(params![scope, id.to_string(), within]))

@@ -46,7 +46,7 @@ where
 
 /// [`sqlite_in_transaction`] on a blocking thread, with the connection
 /// behind a mutex (held for the whole transaction), e.g.
-/// [`crate::store::SqliteDb::connection`] or one of your own to `db`'s
+/// [`crate::store::sqlite::SqliteDb::connection`] or one of your own to `db`'s
 /// file.
 pub fn sqlite_in_transaction_async<F, E>(
     db: &SqliteDb,

@@ -138,7 +138,7 @@ fn adoptable(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::SqliteDb;
+    use crate::store::sqlite::SqliteDb;
 
     /// Whether SQLite's program for `sql` fills a temporary table (what an
     /// `IN` list of three or more constants costs each run).

@@ -10,11 +10,12 @@ use uuid::Uuid;
 
 use super::connection::{immediate, sqlite_error};
 use super::db::SqliteDb;
+use crate::duration::millis;
 use crate::idempotency::RecordKey;
 use crate::store::outbox::{
     OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
 };
-use crate::store::{StoreError, Tables, millis};
+use crate::store::{StoreError, Tables};
 use idemkey_core::UnixMillis;
 
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");

@@ -32,7 +32,7 @@ use super::connection::Waiting;
 
 /// Read-only connections by default (`--sqlite-readers`): two lets a page
 /// of orders and a lookup go on at once without many idle file handles.
-pub const DEFAULT_READERS: usize = crate::store::DEFAULT_SQLITE_READERS;
+pub const DEFAULT_READERS: usize = crate::store::settings::DEFAULT_SQLITE_READERS;
 
 /// Most read-only connections `--sqlite-readers` accepts: each holds a
 /// file handle and a page cache, and a few already serve more reads than

@@ -13,11 +13,12 @@ use uuid::Uuid;
 use super::connection::{corrupt_in_row, immediate, sqlite_error};
 use super::db::SqliteDb;
 use super::statements::Statements;
+use crate::duration::millis;
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, decode_response, millis};
+use crate::store::{StoreError, decode_response};
 
 /// The records of one connection or open transaction. Its calls are
 /// blocking: use it on a blocking thread.

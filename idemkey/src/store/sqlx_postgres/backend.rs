@@ -1,6 +1,6 @@
 //! sqlx's PostgreSQL behind the store's seam: its [`Backend`] lifecycle,
 //! its outbox (and, in flow.rs, its step journal) as capabilities, and the
-//! line that registers it with [`Db`](crate::store::Db).
+//! line that registers it with [`Db`](crate::Db).
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use crate::store::backend::{Backend, BoxFuture, DynBackend, Opener};
 use crate::store::migrations::Migration;
 use crate::store::pool::PoolStatus;
 
-/// How [`Db`](crate::store::Db) recognises and opens a PostgreSQL URL for sqlx: tried after
+/// How [`Db`](crate::Db) recognises and opens a PostgreSQL URL for sqlx: tried after
 /// the tokio-postgres backend, so it answers `postgres://` in a build
 /// without that one (with both, wrap a pool yourself: `Db::new` of
 /// [`SqlxPgDb::from_pool`]).

@@ -21,6 +21,7 @@ use super::error::sqlx_error;
 use super::journal_sql::*;
 use super::send::{query, rendered};
 use super::transaction::run_in_transaction;
+use crate::duration::millis;
 use crate::idempotency::{self, Done, Outcome, Policy, RecordKey, StoredResponse};
 use crate::store::Backend as _;
 use crate::store::backend::BoxFuture;
@@ -30,7 +31,7 @@ use crate::store::flow::{
 };
 use crate::store::outbox::OutboxMessage;
 use crate::store::step::{Local, LocalFn, StepContext, StepError};
-use crate::store::{StoreError, decode_response, millis};
+use crate::store::{StoreError, decode_response};
 
 /// The future a local step on sqlx returns: boxed, so that it may borrow
 /// the connection.

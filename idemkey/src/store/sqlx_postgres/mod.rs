@@ -8,7 +8,7 @@
 //! runner (sqlx's migrator stays yours), and runs the same statements (the
 //! `.sql` files of that backend, included, not copied): every time is the
 //! database's clock. How a statement is sent follows the store's
-//! [`PgPooler`](crate::store::PgPooler) (see [`send`]).
+//! [`PgPooler`](crate::store::PgPooler) (see its `send` module).
 
 mod backend;
 mod db;

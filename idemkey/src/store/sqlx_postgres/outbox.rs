@@ -14,11 +14,12 @@ use super::db::SqlxPgDb;
 use super::error::sqlx_error;
 use super::records::unix_millis;
 use super::send::{query, rendered};
+use crate::duration::millis;
 use crate::idempotency::RecordKey;
+use crate::store::StoreError;
 use crate::store::outbox::{
     OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
 };
-use crate::store::{StoreError, millis};
 
 const ENQUEUE: &str = include_str!("../postgres/sql/enqueue.sql");
 const CLAIM: &str = include_str!("../postgres/sql/outbox_claim.sql");

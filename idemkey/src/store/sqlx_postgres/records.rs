@@ -18,11 +18,12 @@ use super::error::sqlx_error;
 use super::send::query;
 #[cfg(feature = "flow")]
 use super::send::rendered;
+use crate::duration::millis;
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
     state_name, stored_from_columns,
 };
-use crate::store::{StoreError, decode_response, millis};
+use crate::store::{StoreError, decode_response};
 
 /// The statements of one store and how to send them.
 #[derive(Clone, Copy)]

@@ -144,7 +144,7 @@ where
 /// Runs `effect` exactly once per [`RecordKey`] in **your** transaction:
 /// pass `&mut *tx` of your `sqlx::Transaction<'_, Postgres>`. The claim,
 /// the effect and the stored response go in it (under a savepoint, see the
-/// [module docs](self)), in `db`'s tables, and commit when you commit it:
+/// [module docs](crate::store::sqlx_postgres)), in `db`'s tables, and commit when you commit it:
 /// on [`front::Outcome::Executed`] commit; any other answer has already
 /// been rolled back to the savepoint, and your transaction goes on.
 ///

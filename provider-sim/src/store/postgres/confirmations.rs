@@ -5,7 +5,7 @@ use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use idemkey::StoreError;
-use idemkey::store::from_system_time;
+use idemkey::duration::from_system_time;
 use idemkey::store::postgres::db_error;
 
 use super::{INSERT_TRIES, Statements};

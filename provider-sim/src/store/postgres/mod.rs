@@ -7,8 +7,9 @@ use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use idemkey::StoreError;
+use idemkey::duration::from_system_time;
+use idemkey::store::postgres::PgDb;
 use idemkey::store::postgres::db_error;
-use idemkey::store::{PgDb, from_system_time};
 
 use super::charge::{Charge, ChargeWrite, Endpoint, NewCharge, ProviderRequest, RequestKind};
 

@@ -6,7 +6,7 @@ use rusqlite::{OptionalExtension as _, Row, params};
 use uuid::Uuid;
 
 use idemkey::StoreError;
-use idemkey::store::SqliteDb;
+use idemkey::store::sqlite::SqliteDb;
 use idemkey::store::sqlite::{immediate, sqlite_error};
 
 use super::charge::{Charge, ChargeWrite, Endpoint, NewCharge, ProviderRequest, RequestKind};

@@ -3,7 +3,7 @@
 //! Every statement is unnamed (`*_typed`), or sent as the store decides
 //! (`PgDb::query_pooled`: the account lookup of every request, prepared once per
 //! connection on a direct path), so these work behind a transaction-mode
-//! pooler too (see `idemkey::store::postgres::send`).
+//! pooler too (see `idemkey::store::postgres::query_in`).
 
 use std::time::SystemTime;
 

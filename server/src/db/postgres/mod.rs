@@ -7,7 +7,7 @@ mod accounts;
 mod orders;
 pub(crate) mod purchases;
 
-use idemkey::store::PgDb;
+use idemkey::store::postgres::PgDb;
 
 /// The order statements over the library's PostgreSQL store (its pool, its
 /// records and outbox).

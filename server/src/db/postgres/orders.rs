@@ -73,7 +73,7 @@ impl super::PgOrders {
         let (operation, key) = (draft.operation.as_str(), draft.key.as_str());
         let headers = draft.response.headers_json();
         let body = draft.response.body.as_deref().unwrap_or_default();
-        let replay = idemkey::store::millis(policy.replay_ttl);
+        let replay = idemkey::duration::millis(policy.replay_ttl);
         let quantity = i32::from(draft.order.quantity);
         let created_at = to_system_time(draft.order.created_at);
         let status = i32::from(draft.response.status);
@@ -340,7 +340,7 @@ fn is_reference_conflict(err: &tokio_postgres::Error) -> bool {
 
 impl super::PgOrders {
     /// Runs one of the order route's statements on `client`, as the store
-    /// decides for its pooler (`idemkey::store::postgres::send`).
+    /// decides for its pooler (`idemkey::store::postgres::query_in`).
     async fn rows(
         &self,
         client: &Object,

@@ -7,7 +7,7 @@ mod accounts;
 mod orders;
 pub(crate) mod purchases;
 
-use idemkey::store::SqliteDb;
+use idemkey::store::sqlite::SqliteDb;
 
 /// The order statements over the library's SQLite store (its connections,
 /// its group commit, its records and outbox).

@@ -11,7 +11,7 @@ use crate::db::{
     Price, Refusal, StoreError, TokenHash,
 };
 use idemkey::idempotency::{Done, Policy, Read, RecordKey};
-use idemkey::store::SqliteDb;
+use idemkey::store::sqlite::SqliteDb;
 use idemkey::store::sqlite::{SqliteTx, run_in_savepoint, sqlite_error};
 
 const ACCOUNT: &str = include_str!("sql/account.sql");
