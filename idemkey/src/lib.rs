@@ -12,10 +12,10 @@
 //!
 //! | you want | use | features |
 //! |---|---|---|
-//! | effects outside your database (a call to another service), any axum/tower app | `layer::IdempotencyLayer` (lease mode) | `layer` + a store: `postgres`, `sqlite` or `redis` |
-//! | your effect and the key's result in **one** transaction of your database | `in_transaction` | `postgres` or `sqlite` |
-//! | an effect that leaves your database, delivered at least once and deduplicated downstream | `outbox` and its `Worker` | `outbox` + `postgres` or `sqlite` |
-//! | one key for an operation of several steps in several systems, each step once, retries resuming | `flow::Flows` | `flow` + `postgres` or `sqlite` |
+//! | effects outside your database (a call to another service), any axum/tower app | `layer::IdempotencyLayer` (lease mode) | `layer` + a store: `postgres`, `sqlx-postgres`, `sqlite` or `redis` |
+//! | your effect and the key's result in **one** transaction of your database | `in_transaction` | `postgres`, `sqlx-postgres` or `sqlite` |
+//! | an effect that leaves your database, delivered at least once and deduplicated downstream | `outbox` and its `Worker` | `outbox` + `postgres`, `sqlx-postgres` or `sqlite` |
+//! | one key for an operation of several steps in several systems, each step once, retries resuming | `flow::Flows` | `flow` + `postgres`, `sqlx-postgres` or `sqlite` |
 //!
 //! Every item has one path. [`Db`] and [`StoreError`] sit at the root; the
 //! rest lives in the module of its concept: [`store`] holds the settings,
