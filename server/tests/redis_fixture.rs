@@ -14,7 +14,7 @@ use idemkey::store::StoreSettings;
 use idemkey_testkit::{RedisCluster, RedisNode};
 
 mod common;
-use common::{BIN, Server, count_in_flight, eventually};
+use common::{BIN, Server, eventually};
 
 #[test]
 fn serve_migrate_and_account_refuse_a_redis_url_and_say_why() {
@@ -96,34 +96,44 @@ async fn an_unconfirmed_completion_is_503_and_the_retry_replays() {
         post_echo(&fixture, &format!("\"warm-{n}\"")).await.0 == 201
     })
     .await;
-    let runs_before = fixture.handler_runs().await;
 
-    let slow = |fixture: &Server| {
+    let slow = |fixture: &Server, key: String| {
         fixture
             .client
             .post(format!("{}/slow?ms=3000", fixture.base))
-            .header("idempotency-key", "\"unconfirmed-1\"")
+            .header("idempotency-key", key)
             .header("content-type", "application/json")
             .body("{}")
             .send()
     };
-    // Warm-up claims whose WAIT fell short stay in flight until their lease.
-    let in_flight_before = count_in_flight(&url).await;
-    let first = tokio::spawn(slow(&fixture));
-    // The claim is confirmed (its WAIT passed) and the handler is running:
-    // stop the replica so that the completion's WAIT cannot pass.
-    eventually("the claim is in flight", async || {
-        first.is_finished() || count_in_flight(&url).await == in_flight_before + 1
-    })
-    .await;
-    if first.is_finished() {
+    // The handler runs, so its claim is confirmed: stop the replica then,
+    // so that the completion's WAIT cannot pass. On a busy box the claim's
+    // own WAIT may fall short (the handler never runs, the answer is 503
+    // and that claim stays in flight until its lease): try a new key.
+    let mut attempt = 0;
+    let (key, first) = loop {
+        attempt += 1;
+        assert!(attempt <= 5, "no claim was confirmed in 5 tries");
+        let key = format!("\"unconfirmed-{attempt}\"");
+        let runs = fixture.handler_runs().await;
+        let first = tokio::spawn(slow(&fixture, key.clone()));
+        eventually("the handler runs, or the request ends", async || {
+            first.is_finished() || fixture.handler_runs().await == runs + 1
+        })
+        .await;
+        if !first.is_finished() {
+            break (key, first);
+        }
         let early = first.await.expect("task").expect("an answer");
-        let status = early.status();
-        panic!(
-            "the slow request ended before its claim was seen: {status} {}",
+        let status = early.status().as_u16();
+        assert_eq!(
+            status,
+            503,
+            "only an unconfirmed claim ends before its handler: {}",
             early.text().await.unwrap_or_default()
         );
-    }
+    };
+    let runs_before = fixture.handler_runs().await - 1;
     replica.freeze().expect("SIGSTOP the replica");
     let answer = first.await.expect("task").expect("an answer");
     replica.thaw().expect("SIGCONT the replica");
@@ -135,7 +145,7 @@ async fn an_unconfirmed_completion_is_503_and_the_retry_replays() {
     );
     assert!(!body.contains("WAIT"), "internals stay in the log: {body}");
 
-    let retry = slow(&fixture).await.expect("the retry's answer");
+    let retry = slow(&fixture, key).await.expect("the retry's answer");
     assert_eq!(retry.status().as_u16(), 200);
     assert!(
         retry.headers().get("idempotent-replayed").is_some(),
