@@ -85,7 +85,8 @@ pub use provider_log::{
 };
 pub use redis::{REDIS_CLI, REDIS_SERVER, RedisCluster, RedisNode};
 pub use store::{
-    Backend, BouncedDb, RedisStore, TestDb, age_records, count_in_flight, count_records, eventually,
+    AnyBackend, AnyDb, Backend, BouncedDb, RedisStore, TestDb, age_records, count_in_flight,
+    count_records, eventually,
 };
 pub use tls::{PgTls, SERVER_NAME};
 

@@ -369,3 +369,47 @@ impl RedisStore {
         }
     }
 }
+
+/// Every store the idempotency Layer runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnyBackend {
+    /// An SQLite file in a temporary directory.
+    Sqlite,
+    /// A database on the shared PostgreSQL cluster.
+    Postgres,
+    /// A Redis node of the test's own.
+    Redis,
+    /// A Redis Cluster of the test's own.
+    RedisCluster,
+}
+
+/// One test's store on any backend: its URL, and whatever must live as
+/// long as it (removed or stopped when dropped).
+pub struct AnyDb {
+    /// The URL the library opens.
+    pub url: String,
+    _db: Option<TestDb>,
+    _redis: Option<RedisStore>,
+}
+
+impl AnyDb {
+    /// A fresh store on `backend`.
+    pub fn new(backend: AnyBackend) -> Self {
+        let (db, redis) = match backend {
+            AnyBackend::Sqlite => (Some(TestDb::new(Backend::Sqlite)), None),
+            AnyBackend::Postgres => (Some(TestDb::new(Backend::Postgres)), None),
+            AnyBackend::Redis => (None, Some(RedisStore::node())),
+            AnyBackend::RedisCluster => (None, Some(RedisStore::cluster())),
+        };
+        let url = match (&db, &redis) {
+            (Some(db), _) => db.url.clone(),
+            (None, Some(redis)) => redis.url(),
+            (None, None) => unreachable!("every backend makes a store"),
+        };
+        Self {
+            url,
+            _db: db,
+            _redis: redis,
+        }
+    }
+}
