@@ -61,7 +61,15 @@ echo "nextest: a filter matching no test fails (exit $status)"
 # 3. Every integration test target of every package builds under test.sh's
 # arguments: a `[[test]]` whose `required-features` they do not turn on
 # would be left out without a word (nextest lists what was built).
-cargo nextest list "${nextest_args[@]}" --list-type binaries-only --message-format json \
+# The same arguments, less those only `run` takes.
+list_args=()
+for arg in "${nextest_args[@]}"; do
+    case $arg in
+        --no-fail-fast | --no-tests=*) ;;
+        *) list_args+=("$arg") ;;
+    esac
+done
+cargo nextest list "${list_args[@]}" --list-type binaries-only --message-format json \
     >"$scratch/binaries.json" 2>"$scratch/binaries.log" || {
     tail -n 20 "$scratch/binaries.log" >&2
     fail "nextest could not list the test binaries"
