@@ -1,8 +1,8 @@
 //! Idempotency **in your transaction**: for someone else's service whose
 //! effect lives in the same database as idemkey's records.
 //!
-//! [`pg_in_transaction`](crate::store::postgres::pg_in_transaction) (PostgreSQL) and [`sqlite_in_transaction`](crate::store::sqlite::sqlite_in_transaction) (SQLite;
-//! [`sqlite_in_transaction_async`](crate::store::sqlite::sqlite_in_transaction_async) runs it on a blocking thread) run the
+//! `pg_in_transaction` (PostgreSQL) and `sqlite_in_transaction` (SQLite;
+//! `sqlite_in_transaction_async` runs it on a blocking thread) run the
 //! [engine](crate::idempotency) in **one** transaction: claim the key, run
 //! the caller's closure with the open transaction (the caller's own
 //! `INSERT`s go in it), store the response, commit. Either the effect and
@@ -66,34 +66,34 @@
 //! ```
 //!
 //! # The store's tables
-//! Every call takes the store ([`crate::store::postgres::PgDb`] or
-//! [`crate::store::sqlite::SqliteDb`]), and the closure receives a [`PgTx`](crate::store::postgres::PgTx) or
-//! [`SqliteTx`](crate::store::sqlite::SqliteTx) that carries its [`crate::store::Tables`]: the claim, the
-//! stored response and an [`enqueue`](crate::store::postgres::PgTx::enqueue) land in the store's
+//! Every call takes the store (`PgDb` or
+//! `SqliteDb`), and the closure receives a `PgTx` or
+//! `SqliteTx` that carries its [`crate::store::Tables`]: the claim, the
+//! stored response and an `enqueue` land in the store's
 //! tables (`acme_idempotency_records`, `acme_outbox` under
 //! `Tables::with_prefix("acme_")`), never in tables of the default names
 //! that another deployment may own.
 //!
 //! # Effects outside the database
 //! An effect the transaction cannot hold (an e-mail, a call to another
-//! service) goes in the outbox from the closure, with [`PgTx::enqueue`](crate::store::postgres::PgTx::enqueue) or
-//! [`SqliteTx::enqueue`](crate::store::sqlite::SqliteTx::enqueue) on the open transaction: it is delivered only if
+//! service) goes in the outbox from the closure, with `PgTx::enqueue` or
+//! `SqliteTx::enqueue` on the open transaction: it is delivered only if
 //! the transaction commits, and only once per key (a replay runs no
-//! closure). A [`crate::outbox::Worker`] on the same store, with your
+//! closure). A `outbox::Worker` on the same store, with your
 //! delivery function, delivers it at least once; send it with
-//! [`crate::outbox::OutboxMessage::downstream_key`] so the receiver
+//! `OutboxMessage::downstream_key` so the receiver
 //! can deduplicate the repeats (`server/examples/outbox.rs`).
 //!
 //! # Behind PgBouncer (transaction pooling)
 //! The transaction keeps one server connection from `BEGIN` to `COMMIT`.
 //! Send your own statements unnamed (`tx.execute_typed`, `tx.query_typed`,
-//! or [`crate::store::postgres::query_in`]): a named one (`tx.execute("…")`
+//! or `query_in`): a named one (`tx.execute("…")`
 //! prepares `s7`) can meet another client's `s7` on the pooler's server
 //! connection. Never keep anything across transactions: no
 //! `prepare_cached`, no session `SET` (use [`Options::lock_timeout`], a
 //! `SET LOCAL`). See `docs/pgbouncer.md`.
 //!
-//! [`pg_in_transaction`](crate::store::postgres::pg_in_transaction) takes a connection of the store's pool for the
+//! `pg_in_transaction` takes a connection of the store's pool for the
 //! call. The database must be migrated ([`crate::Db::open`] does it).
 
 // The backend-neutral part; each store's own function and transaction type

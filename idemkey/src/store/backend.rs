@@ -24,7 +24,7 @@ pub use super::boxed::BoxFuture;
 /// A store of the library's records that [`Db`](crate::Db) can hold: its
 /// lifecycle (migrations, readiness, pool figures) on top of [`Records`].
 /// A backend is one folder under `store/` implementing this (and the
-/// capabilities it has: [`Backend::outbox`], [`Backend::journal`]), behind
+/// capabilities it has: `Backend::outbox` with `outbox`, `Backend::journal` with `flow`), behind
 /// one cargo feature, with one registration line in `store/db.rs`.
 pub trait Backend: Records + Clone + std::fmt::Debug + Send + Sync + 'static {
     /// The backend's name, as [`Db::backend`](crate::Db::backend) reports

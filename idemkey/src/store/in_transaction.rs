@@ -29,7 +29,7 @@ pub struct Options {
     /// PostgreSQL only: `SET LOCAL lock_timeout` for this transaction (one
     /// more round trip). `None` keeps the session's setting.
     pub lock_timeout: Option<Duration>,
-    /// Where outcomes are counted besides the [`metrics`](::metrics)
+    /// Where outcomes are counted besides the `metrics`
     /// facade: [`Metrics::global`] when `None`.
     pub metrics: Option<Arc<Metrics>>,
 }
