@@ -394,7 +394,7 @@ impl<R: Records + Clone> IdempotencyLayer<R> {
     }
 
     /// Counts every guarded request's outcome into `metrics` instead of
-    /// [`Metrics::global`] (the [`metrics`] facade sees each
+    /// [`Metrics::global`] (the `metrics` facade sees each
     /// either way).
     #[must_use]
     pub fn metrics(self, metrics: Arc<Metrics>) -> Self {

@@ -1,5 +1,5 @@
 //! The delivery counters of this process's outbox workers, sent to the
-//! [`metrics`] facade as `idemkey_outbox_deliveries_total` whatever the
+//! `metrics` facade as `idemkey_outbox_deliveries_total` whatever the
 //! worker was given (see [`crate::metrics`] for how counting stays free of
 //! locks and allocations).
 
