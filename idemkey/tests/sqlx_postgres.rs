@@ -20,7 +20,7 @@ use idemkey::outbox::{Delivery, Worker, WorkerSettings};
 use idemkey::store::sqlx_postgres::{
     SqlxEffect, SqlxPgDb, SqlxTx, sqlx_error, sqlx_in_transaction,
 };
-use idemkey::store::{PgPooler, StoreSettings, Tables};
+use idemkey::store::{OutboxStore, PgPooler, StoreSettings, Tables};
 use idemkey_core::{Fingerprint, IdempotencyKey, KeyProfile, OperationId, RetryPolicy, Stored};
 use idemkey_testkit::{PgBouncer, PgBouncerOptions, PgCluster};
 use serde_json::{Value, json};

@@ -134,7 +134,16 @@ pub trait OutboxStore: Send + Sync {
         message: &'a crate::store::outbox::OutboxMessage,
         sent_key: Option<&'a str>,
         settlement: &'a crate::store::outbox::Settlement,
-    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let one = crate::store::outbox::OutboxOutcome {
+                message: message.clone(),
+                sent_key: sent_key.map(str::to_owned),
+                settlement: settlement.clone(),
+            };
+            Ok(self.settle_outbox_batch(&[one]).await? == [true])
+        })
+    }
 
     /// Ends the claims of `outcomes` in one write, each fenced by its lease.
     fn settle_outbox_batch<'a>(

@@ -36,7 +36,7 @@ mod pool;
 mod settings;
 #[cfg(feature = "flow")]
 pub(crate) mod step;
-mod stored;
+pub(crate) mod stored;
 mod tables;
 
 #[cfg(feature = "postgres")]

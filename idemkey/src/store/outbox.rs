@@ -212,3 +212,37 @@ pub struct Requeued {
     /// provider's key retention (and the retry was not forced), by id.
     pub too_old: Vec<i64>,
 }
+
+/// A batch of settlements as the columns of one statement (the SQL
+/// backends bind each as an array), in the order of the batch.
+#[derive(Debug, Default)]
+pub(crate) struct SettleColumns<'a> {
+    pub(crate) ids: Vec<i64>,
+    pub(crate) leases: Vec<Uuid>,
+    pub(crate) statuses: Vec<&'static str>,
+    pub(crate) results: Vec<Option<&'a str>>,
+    pub(crate) errors: Vec<Option<&'a str>>,
+    pub(crate) delays: Vec<i64>,
+    pub(crate) keys: Vec<Option<&'a str>>,
+    pub(crate) scopes: Vec<&'a str>,
+    pub(crate) sent: Vec<bool>,
+}
+
+impl<'a> SettleColumns<'a> {
+    pub(crate) fn of(outcomes: &'a [OutboxOutcome]) -> Self {
+        let mut c = Self::default();
+        for outcome in outcomes {
+            let (result, error, delay) = outcome.settlement.columns();
+            c.ids.push(outcome.message.id);
+            c.leases.push(outcome.message.lease);
+            c.statuses.push(outcome.settlement.status());
+            c.results.push(result);
+            c.errors.push(error);
+            c.delays.push(delay);
+            c.keys.push(outcome.sent_key.as_deref());
+            c.scopes.push(outcome.message.scope.as_str());
+            c.sent.push(outcome.settlement.was_sent());
+        }
+        c
+    }
+}

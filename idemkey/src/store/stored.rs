@@ -1,11 +1,69 @@
-//! A stored response as every store reads it back: one function, one rule.
-//! A row without a status holds no response; a status outside HTTP's range
-//! or headers that are not the JSON [`StoredResponse::headers_json`] wrote
-//! are [`StoreError::Corrupt`], never replaced by a default (a replay must
-//! send what was stored, or nothing).
+//! A stored record and response as every store reads them back: one
+//! decoder each, one rule. A row without a status holds no response; a
+//! status outside HTTP's range, headers that are not the JSON
+//! [`StoredResponse::headers_json`] wrote, or a record column of the wrong
+//! shape are [`StoreError::Corrupt`], never replaced by a default (a replay
+//! must send what was stored, or nothing).
+
+use idemkey_core::{Fingerprint, UnixMillis};
+use uuid::Uuid;
 
 use crate::error::StoreError;
-use crate::idempotency::StoredResponse;
+use crate::idempotency::{ClaimToken, Read, Record, StoredResponse, stored_from_columns};
+
+/// A row that selects the store's clock as `now` and the records table's
+/// columns by name (as the SQL backends' `read.sql` does), in the types its
+/// driver reads them as. A backend implements this for its row type and
+/// decodes with [`read_record`]; a column it cannot read is `Err` (made
+/// with [`malformed`]), a NULL is `Ok(None)`.
+pub(crate) trait RecordRow {
+    /// A timestamp column, in the store's milliseconds.
+    fn time(&self, column: &str) -> Result<Option<UnixMillis>, StoreError>;
+    /// A bytes column.
+    fn bytes(&self, column: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// A text column.
+    fn text(&self, column: &str) -> Result<Option<String>, StoreError>;
+    /// An integer column.
+    fn int(&self, column: &str) -> Result<Option<i64>, StoreError>;
+    /// A UUID column.
+    fn uuid(&self, column: &str) -> Result<Option<Uuid>, StoreError>;
+}
+
+/// A record row's column that does not hold what the schema keeps there.
+pub(crate) fn malformed(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("malformed record row: {what}"))
+}
+
+/// The store's clock and the record (if any) from a [`RecordRow`].
+pub(crate) fn read_record(row: &impl RecordRow) -> Result<Read, StoreError> {
+    let now = row.time("now")?.ok_or_else(|| malformed("now"))?;
+    let Some(fingerprint) = row.bytes("fingerprint")? else {
+        return Ok(Read { now, record: None });
+    };
+    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
+        .map(Fingerprint::from_bytes)
+        .map_err(|_| malformed("fingerprint length"))?;
+    let token = row.uuid("claim")?.ok_or_else(|| malformed("claim"))?;
+    let state = row.text("status")?.ok_or_else(|| malformed("status"))?;
+    let (lease_until, replay_until) = (row.time("lease_until")?, row.time("replay_until")?);
+    let created_at = row.time("created_at")?.unwrap_or(now);
+    let response = decode_response(
+        row.int("response_status")?,
+        row.text("response_headers")?.as_deref(),
+        row.bytes("response_body")?,
+    )?;
+    Ok(Read {
+        now,
+        record: Some(Record {
+            stored: stored_from_columns(&state, fingerprint, lease_until, replay_until),
+            token: ClaimToken(token),
+            response,
+            resource_id: row.text("resource_id")?,
+            created_at,
+            replay_until,
+        }),
+    })
+}
 
 /// The response stored in a record's or an execution's columns: its
 /// status (`None`: no response stored), its headers' JSON (`None`: none

@@ -14,12 +14,17 @@ use uuid::Uuid;
 use super::connection::{corrupt_in_row, sqlite_error};
 use super::db::SqliteDb;
 use crate::idempotency::StoredResponse;
+use crate::idempotency::{self, Done, Outcome, Policy, RecordKey};
 use crate::store::Backend as _;
 use crate::store::backend::BoxFuture;
 use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, StepRow};
+use crate::store::flow::{JournalStore, JournalWork, Recorded};
 use crate::store::outbox::OutboxMessage;
+use crate::store::sqlite::connection::immediate;
+use crate::store::sqlite::transaction::run_in_transaction;
 use crate::store::step::{Local, LocalFn, StepContext, StepError};
 use crate::store::{StoreError, Tables, decode_response};
+use idemkey_core::Fingerprint;
 
 const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, \
      position, input, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
@@ -374,100 +379,165 @@ impl Journal for SqliteJournal<'_> {
     }
 }
 
-impl SqliteDb {
-    pub(crate) async fn flow_load(
-        &self,
-        scope: &str,
+impl JournalStore for SqliteDb {
+    fn flow_load<'a>(
+        &'a self,
+        scope: &'a str,
         id: Uuid,
-    ) -> Result<Option<FlowRow>, StoreError> {
-        let tables = self.tables().clone();
-        let scope = scope.to_owned();
-        self.with_reader(move |conn| load(conn, &tables, &scope, id))
-            .await
-    }
-
-    pub(crate) async fn flow_find(
-        &self,
-        scope: &str,
-        operation: &str,
-        key: &str,
-    ) -> Result<Option<Uuid>, StoreError> {
-        let tables = self.tables().clone();
-        let args = (scope.to_owned(), operation.to_owned(), key.to_owned());
-        self.with_reader(move |conn| {
-            let id: Option<String> = conn
-                .prepare_cached(&tables.render_static(FIND))
-                .and_then(|mut stmt| {
-                    stmt.query_row(params![args.0, args.1, args.2], |r| r.get(0))
-                        .optional()
-                })
-                .map_err(sqlite_error)?;
-            Ok(id.and_then(|id| Uuid::try_parse(&id).ok()))
+    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
+        Box::pin(async move {
+            let tables = self.tables().clone();
+            let scope = scope.to_owned();
+            self.with_reader(move |conn| load(conn, &tables, &scope, id))
+                .await
         })
-        .await
     }
 
-    pub(crate) async fn flow_next(
-        &self,
-        scope: &str,
-        id: Uuid,
-    ) -> Result<Option<NextMessage>, StoreError> {
-        let tables = self.tables().clone();
-        let scope = scope.to_owned();
-        self.with_reader(move |conn| {
-            conn.prepare_cached(&tables.render_static(NEXT))
-                .and_then(|mut stmt| {
-                    stmt.query_row(params![scope, id.to_string()], |r| {
-                        Ok(NextMessage {
-                            status: r.get(0)?,
-                            attempts: r.get(1)?,
-                            last_error: r.get(2)?,
-                            maybe_sent: r.get(3)?,
-                        })
+    fn flow_find<'a>(
+        &'a self,
+        scope: &'a str,
+        operation: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Uuid>, StoreError>> {
+        Box::pin(async move {
+            let tables = self.tables().clone();
+            let args = (scope.to_owned(), operation.to_owned(), key.to_owned());
+            self.with_reader(move |conn| {
+                let id: Option<String> = conn
+                    .prepare_cached(&tables.render_static(FIND))
+                    .and_then(|mut stmt| {
+                        stmt.query_row(params![args.0, args.1, args.2], |r| r.get(0))
+                            .optional()
                     })
-                    .optional()
-                })
-                .map_err(sqlite_error)
+                    .map_err(sqlite_error)?;
+                Ok(id.and_then(|id| Uuid::try_parse(&id).ok()))
+            })
+            .await
         })
-        .await
     }
 
-    pub(crate) async fn flow_resume(
-        &self,
-        scope: &str,
+    fn flow_next<'a>(
+        &'a self,
+        scope: &'a str,
+        id: Uuid,
+    ) -> BoxFuture<'a, Result<Option<NextMessage>, StoreError>> {
+        Box::pin(async move {
+            let tables = self.tables().clone();
+            let scope = scope.to_owned();
+            self.with_reader(move |conn| {
+                conn.prepare_cached(&tables.render_static(NEXT))
+                    .and_then(|mut stmt| {
+                        stmt.query_row(params![scope, id.to_string()], |r| {
+                            Ok(NextMessage {
+                                status: r.get(0)?,
+                                attempts: r.get(1)?,
+                                last_error: r.get(2)?,
+                                maybe_sent: r.get(3)?,
+                            })
+                        })
+                        .optional()
+                    })
+                    .map_err(sqlite_error)
+            })
+            .await
+        })
+    }
+
+    fn flow_resume<'a>(
+        &'a self,
+        scope: &'a str,
         id: Uuid,
         revive_within: std::time::Duration,
-    ) -> Result<u64, StoreError> {
-        let tables = self.tables().clone();
-        let scope = scope.to_owned();
-        let within = crate::duration::millis(revive_within);
-        self.with_conn(move |conn| {
-            conn.prepare_cached(&tables.render_static(RESUME))
-                .and_then(|mut stmt| stmt.execute(params![scope, id.to_string(), within]))
-                .map(|n| n as u64)
-                .map_err(sqlite_error)
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let tables = self.tables().clone();
+            let scope = scope.to_owned();
+            let within = crate::duration::millis(revive_within);
+            self.with_conn(move |conn| {
+                conn.prepare_cached(&tables.render_static(RESUME))
+                    .and_then(|mut stmt| stmt.execute(params![scope, id.to_string(), within]))
+                    .map(|n| n as u64)
+                    .map_err(sqlite_error)
+            })
+            .await
+            .map(drop)
         })
-        .await
     }
 
     /// The window of execution `id`'s record, ended in its first
     /// transaction, counted from now.
-    pub(crate) async fn flow_close_window(
-        &self,
-        scope: &str,
-        operation: &str,
-        key: &str,
+    fn flow_close_window<'a>(
+        &'a self,
+        scope: &'a str,
+        operation: &'a str,
+        key: &'a str,
         id: Uuid,
-    ) -> Result<u64, StoreError> {
-        let tables = self.tables().clone();
-        let args = (scope.to_owned(), operation.to_owned(), key.to_owned());
-        self.with_conn(move |conn| {
-            conn.prepare_cached(&tables.render_static(CLOSE_WINDOW))
-                .and_then(|mut stmt| stmt.execute(params![args.0, args.1, args.2, id.to_string()]))
-                .map(|n| n as u64)
-                .map_err(sqlite_error)
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let tables = self.tables().clone();
+            let args = (scope.to_owned(), operation.to_owned(), key.to_owned());
+            self.with_conn(move |conn| {
+                conn.prepare_cached(&tables.render_static(CLOSE_WINDOW))
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![args.0, args.1, args.2, id.to_string()])
+                    })
+                    .map(|n| n as u64)
+                    .map_err(sqlite_error)
+            })
+            .await
+            .map(drop)
         })
-        .await
+    }
+
+    fn journal_start<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        fingerprint: Fingerprint,
+        policy: Policy,
+        _lock_timeout: Option<std::time::Duration>,
+        work: Box<dyn JournalWork<Result<Done<FlowRow>, StepError>>>,
+    ) -> BoxFuture<'a, Result<Outcome<FlowRow>, idempotency::Error<StepError>>> {
+        let (key, store) = (key.clone(), self.clone());
+        Box::pin(async move {
+            self.with_conn(move |conn| {
+                Ok(run_in_transaction(
+                    &store,
+                    conn,
+                    &key,
+                    fingerprint,
+                    &policy,
+                    |tx| {
+                        let j = SqliteJournal {
+                            conn: tx.connection(),
+                            tables: tx.tables(),
+                        };
+                        pollster::block_on(work.on_local(&j))
+                    },
+                ))
+            })
+            .await?
+        })
+    }
+
+    fn journal_record(
+        &self,
+        work: Box<dyn JournalWork<Result<Recorded, StepError>>>,
+    ) -> BoxFuture<'_, Result<Result<Recorded, StepError>, StoreError>> {
+        let tables = self.tables().clone();
+        Box::pin(self.with_conn(move |conn| {
+            let tx = immediate(conn)?;
+            let j = SqliteJournal {
+                conn: &tx,
+                tables: &tables,
+            };
+            let result = pollster::block_on(work.on_local(&j));
+            if matches!(result, Ok(Recorded::Moved)) {
+                tx.commit().map_err(sqlite_error)?;
+            } else {
+                tx.rollback().map_err(sqlite_error)?;
+            }
+            Ok(result)
+        }))
     }
 }
 

@@ -17,8 +17,9 @@ use super::send::{query, rendered};
 use crate::duration::millis;
 use crate::idempotency::RecordKey;
 use crate::store::StoreError;
+use crate::store::backend::{BoxFuture, OutboxStore};
 use crate::store::outbox::{
-    OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, Settlement,
+    OutboxEntry, OutboxMessage, OutboxOutcome, OutboxStats, Requeued, SettleColumns,
 };
 
 const ENQUEUE: &str = include_str!("../postgres/sql/enqueue.sql");
@@ -70,169 +71,151 @@ impl SqlxPgDb {
             .try_get("id")
             .map_err(sqlx_error)
     }
+}
 
+impl OutboxStore for SqlxPgDb {
     /// Claims up to `limit` due messages of `effects` for `lease_for`.
-    pub async fn claim_outbox(
-        &self,
-        effects: &[String],
+    fn claim_outbox<'a>(
+        &'a self,
+        effects: &'a [String],
         limit: u32,
         lease_for: Duration,
-    ) -> Result<Vec<OutboxMessage>, StoreError> {
-        let lease = Uuid::new_v4();
-        let mut s = self.session().await?;
-        let rows = query(&rendered(self.tables(), CLAIM), self.persistent())
-            .bind(i64::from(limit))
-            .bind(millis(lease_for))
-            .bind(lease)
-            .bind(effects)
-            .fetch_all(s.conn())
-            .await
-            .map_err(sqlx_error)?;
-        s.finish().await?;
-        rows.iter()
-            .map(|row| message_from_row(row, lease))
-            .collect()
-    }
-
-    /// Ends a message's claim; `false` when the claim was no longer this
-    /// one's.
-    pub async fn settle_outbox(
-        &self,
-        message: &OutboxMessage,
-        sent_key: Option<&str>,
-        settlement: &Settlement,
-    ) -> Result<bool, StoreError> {
-        let one = OutboxOutcome {
-            message: message.clone(),
-            sent_key: sent_key.map(str::to_owned),
-            settlement: settlement.clone(),
-        };
-        Ok(self.settle_outbox_batch(&[one]).await? == [true])
+    ) -> BoxFuture<'a, Result<Vec<OutboxMessage>, StoreError>> {
+        Box::pin(async move {
+            let lease = Uuid::new_v4();
+            let mut s = self.session().await?;
+            let rows = query(&rendered(self.tables(), CLAIM), self.persistent())
+                .bind(i64::from(limit))
+                .bind(millis(lease_for))
+                .bind(lease)
+                .bind(effects)
+                .fetch_all(s.conn())
+                .await
+                .map_err(sqlx_error)?;
+            s.finish().await?;
+            rows.iter()
+                .map(|row| message_from_row(row, lease))
+                .collect()
+        })
     }
 
     /// Ends the claims of `outcomes` in one statement, each fenced by its
     /// own lease: for each, whether it was settled.
-    pub async fn settle_outbox_batch(
-        &self,
-        outcomes: &[OutboxOutcome],
-    ) -> Result<Vec<bool>, StoreError> {
-        let (mut ids, mut leases, mut statuses, mut results) = (vec![], vec![], vec![], vec![]);
-        let (mut errors, mut delays, mut keys, mut scopes, mut sent) =
-            (vec![], vec![], vec![], vec![], vec![]);
-        for outcome in outcomes {
-            let (result, error, delay) = outcome.settlement.columns();
-            ids.push(outcome.message.id);
-            leases.push(outcome.message.lease);
-            statuses.push(outcome.settlement.status());
-            results.push(result);
-            errors.push(error);
-            delays.push(delay);
-            keys.push(outcome.sent_key.as_deref());
-            scopes.push(outcome.message.scope.as_str());
-            sent.push(outcome.settlement.was_sent());
-        }
-        let mut s = self.session().await?;
-        let rows = query(&rendered(self.tables(), SETTLE), self.persistent())
-            .bind(ids)
-            .bind(leases)
-            .bind(statuses)
-            .bind(results)
-            .bind(errors)
-            .bind(delays)
-            .bind(keys)
-            .bind(scopes)
-            .bind(sent)
-            .fetch_all(s.conn())
-            .await
-            .map_err(sqlx_error)?;
-        s.finish().await?;
-        let mut settled = HashSet::with_capacity(rows.len());
-        for row in &rows {
-            let scope: String = row.try_get(0).map_err(sqlx_error)?;
-            let id: i64 = row.try_get(1).map_err(sqlx_error)?;
-            settled.insert((scope, id));
-        }
-        Ok(outcomes
-            .iter()
-            .map(|o| settled.contains(&(o.message.scope.clone(), o.message.id)))
-            .collect())
+    fn settle_outbox_batch<'a>(
+        &'a self,
+        outcomes: &'a [OutboxOutcome],
+    ) -> BoxFuture<'a, Result<Vec<bool>, StoreError>> {
+        Box::pin(async move {
+            let c = SettleColumns::of(outcomes);
+            let mut s = self.session().await?;
+            let rows = query(&rendered(self.tables(), SETTLE), self.persistent())
+                .bind(&c.ids)
+                .bind(&c.leases)
+                .bind(&c.statuses)
+                .bind(&c.results)
+                .bind(&c.errors)
+                .bind(&c.delays)
+                .bind(&c.keys)
+                .bind(&c.scopes)
+                .bind(&c.sent)
+                .fetch_all(s.conn())
+                .await
+                .map_err(sqlx_error)?;
+            s.finish().await?;
+            let mut settled = HashSet::with_capacity(rows.len());
+            for row in &rows {
+                let scope: String = row.try_get(0).map_err(sqlx_error)?;
+                let id: i64 = row.try_get(1).map_err(sqlx_error)?;
+                settled.insert((scope, id));
+            }
+            Ok(outcomes
+                .iter()
+                .map(|o| settled.contains(&(o.message.scope.clone(), o.message.id)))
+                .collect())
+        })
     }
 
     /// The outbox's depth, oldest pending age and dead letters, at the
     /// database's clock.
-    pub async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
-        let mut s = self.session().await?;
-        let row = query(&rendered(self.tables(), STATS), self.persistent())
-            .fetch_one(s.conn())
-            .await
-            .map_err(sqlx_error)?;
-        s.finish().await?;
-        let count = |name| -> Result<u64, StoreError> {
-            let n: Option<i64> = row.try_get(name).map_err(sqlx_error)?;
-            Ok(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
-        };
-        Ok(OutboxStats {
-            pending: count("pending")?,
-            oldest_pending_ms: count("oldest_ms")?,
-            dead: count("dead")?,
+    fn outbox_stats(&self) -> BoxFuture<'_, Result<OutboxStats, StoreError>> {
+        Box::pin(async move {
+            let mut s = self.session().await?;
+            let row = query(&rendered(self.tables(), STATS), self.persistent())
+                .fetch_one(s.conn())
+                .await
+                .map_err(sqlx_error)?;
+            s.finish().await?;
+            let count = |name| -> Result<u64, StoreError> {
+                let n: Option<i64> = row.try_get(name).map_err(sqlx_error)?;
+                Ok(u64::try_from(n.unwrap_or(0)).unwrap_or(0))
+            };
+            Ok(OutboxStats {
+                pending: count("pending")?,
+                oldest_pending_ms: count("oldest_ms")?,
+                dead: count("dead")?,
+            })
         })
     }
 
     /// Messages, oldest first: all, or those of one status.
-    pub async fn outbox_list(
-        &self,
-        status: Option<&str>,
+    fn outbox_list<'a>(
+        &'a self,
+        status: Option<&'a str>,
         limit: u32,
-    ) -> Result<Vec<OutboxEntry>, StoreError> {
-        let mut s = self.session().await?;
-        let rows = query(&rendered(self.tables(), LIST), self.persistent())
-            .bind(status)
-            .bind(i64::from(limit))
-            .fetch_all(s.conn())
-            .await
-            .map_err(sqlx_error)?;
-        s.finish().await?;
-        rows.iter()
-            .map(|row| {
-                let attempts: i32 = row.try_get("attempts").map_err(sqlx_error)?;
-                let created: OffsetDateTime = row.try_get("created_at").map_err(sqlx_error)?;
-                Ok(OutboxEntry {
-                    id: row.try_get("id").map_err(sqlx_error)?,
-                    scope: row.try_get("scope").map_err(sqlx_error)?,
-                    effect: row.try_get("effect").map_err(sqlx_error)?,
-                    resource_id: row.try_get("resource_id").map_err(sqlx_error)?,
-                    status: row.try_get("status").map_err(sqlx_error)?,
-                    attempts: u32::try_from(attempts).unwrap_or(0),
-                    downstream_key: row.try_get("downstream_key").map_err(sqlx_error)?,
-                    result: row.try_get("result").map_err(sqlx_error)?,
-                    last_error: row.try_get("last_error").map_err(sqlx_error)?,
-                    created_at: unix_millis(created),
+    ) -> BoxFuture<'a, Result<Vec<OutboxEntry>, StoreError>> {
+        Box::pin(async move {
+            let mut s = self.session().await?;
+            let rows = query(&rendered(self.tables(), LIST), self.persistent())
+                .bind(status)
+                .bind(i64::from(limit))
+                .fetch_all(s.conn())
+                .await
+                .map_err(sqlx_error)?;
+            s.finish().await?;
+            rows.iter()
+                .map(|row| {
+                    let attempts: i32 = row.try_get("attempts").map_err(sqlx_error)?;
+                    let created: OffsetDateTime = row.try_get("created_at").map_err(sqlx_error)?;
+                    Ok(OutboxEntry {
+                        id: row.try_get("id").map_err(sqlx_error)?,
+                        scope: row.try_get("scope").map_err(sqlx_error)?,
+                        effect: row.try_get("effect").map_err(sqlx_error)?,
+                        resource_id: row.try_get("resource_id").map_err(sqlx_error)?,
+                        status: row.try_get("status").map_err(sqlx_error)?,
+                        attempts: u32::try_from(attempts).unwrap_or(0),
+                        downstream_key: row.try_get("downstream_key").map_err(sqlx_error)?,
+                        result: row.try_get("result").map_err(sqlx_error)?,
+                        last_error: row.try_get("last_error").map_err(sqlx_error)?,
+                        created_at: unix_millis(created),
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// Sends dead or failed messages back to pending (those older than
     /// `retention` at the database's clock stay unless `force`).
-    pub async fn outbox_retry(
+    fn outbox_retry(
         &self,
         id: Option<i64>,
         retention: Duration,
         force: bool,
-    ) -> Result<Requeued, StoreError> {
-        let mut s = self.session().await?;
-        let row = query(&rendered(self.tables(), RETRY), self.persistent())
-            .bind(id)
-            .bind(millis(retention))
-            .bind(force)
-            .fetch_one(s.conn())
-            .await
-            .map_err(sqlx_error)?;
-        s.finish().await?;
-        let requeued: i64 = row.try_get("requeued").map_err(sqlx_error)?;
-        Ok(Requeued {
-            requeued: u64::try_from(requeued).unwrap_or(0),
-            too_old: row.try_get("too_old").map_err(sqlx_error)?,
+    ) -> BoxFuture<'_, Result<Requeued, StoreError>> {
+        Box::pin(async move {
+            let mut s = self.session().await?;
+            let row = query(&rendered(self.tables(), RETRY), self.persistent())
+                .bind(id)
+                .bind(millis(retention))
+                .bind(force)
+                .fetch_one(s.conn())
+                .await
+                .map_err(sqlx_error)?;
+            s.finish().await?;
+            let requeued: i64 = row.try_get("requeued").map_err(sqlx_error)?;
+            Ok(Requeued {
+                requeued: u64::try_from(requeued).unwrap_or(0),
+                too_old: row.try_get("too_old").map_err(sqlx_error)?,
+            })
         })
     }
 }

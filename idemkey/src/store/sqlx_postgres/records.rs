@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use idemkey_core::{Fingerprint, UnixMillis};
+use idemkey_core::UnixMillis;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 use time::OffsetDateTime;
@@ -21,9 +21,10 @@ use super::send::rendered;
 use crate::duration::millis;
 use crate::idempotency::{
     ClaimToken, Claimed, NewClaim, Read, Record, RecordKey, Records, StoredResponse, TrimReport,
-    state_name, stored_from_columns,
+    state_name,
 };
-use crate::store::{StoreError, decode_response};
+use crate::store::StoreError;
+use crate::store::stored::{RecordRow, malformed, read_record};
 
 /// The statements of one store and how to send them.
 #[derive(Clone, Copy)]
@@ -165,42 +166,37 @@ pub(super) fn unix_millis(t: OffsetDateTime) -> UnixMillis {
 /// The store's clock and the record (if any) from a row that selects `now`
 /// and the records table's columns by name (as `read.sql` does).
 fn read_from_row(row: &PgRow) -> Result<Read, StoreError> {
-    let bad = |what: &str| StoreError::Corrupt(format!("malformed record row: {what}"));
-    let now: OffsetDateTime = row.try_get("now").map_err(|_| bad("now"))?;
-    let now = unix_millis(now);
-    let fingerprint: Option<Vec<u8>> =
-        row.try_get("fingerprint").map_err(|_| bad("fingerprint"))?;
-    let Some(fingerprint) = fingerprint else {
-        return Ok(Read { now, record: None });
-    };
-    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
-        .map(Fingerprint::from_bytes)
-        .map_err(|_| bad("fingerprint length"))?;
-    let token: Uuid = row.try_get("claim").map_err(|_| bad("claim"))?;
-    let state: String = row.try_get("status").map_err(|_| bad("status"))?;
-    let time = |name: &str| -> Result<Option<UnixMillis>, StoreError> {
-        let t: Option<OffsetDateTime> = row.try_get(name).map_err(|_| bad(name))?;
-        Ok(t.map(unix_millis))
-    };
-    let (lease_until, replay_until) = (time("lease_until")?, time("replay_until")?);
-    let created_at = time("created_at")?.unwrap_or(now);
-    let status: Option<i32> = row.try_get("response_status").map_err(|_| bad("status"))?;
-    let headers: Option<String> = row
-        .try_get("response_headers")
-        .map_err(|_| bad("headers"))?;
-    let body: Option<Vec<u8>> = row.try_get("response_body").map_err(|_| bad("body"))?;
-    let response = decode_response(status.map(i64::from), headers.as_deref(), body)?;
-    Ok(Read {
-        now,
-        record: Some(Record {
-            stored: stored_from_columns(&state, fingerprint, lease_until, replay_until),
-            token: ClaimToken(token),
-            response,
-            resource_id: row.try_get("resource_id").map_err(|_| bad("resource"))?,
-            created_at,
-            replay_until,
-        }),
-    })
+    read_record(&SqlxRow(row))
+}
+
+/// An sqlx row as the one record decoder reads it.
+struct SqlxRow<'r>(&'r PgRow);
+
+impl SqlxRow<'_> {
+    fn get<'a, T>(&'a self, column: &str) -> Result<T, StoreError>
+    where
+        T: sqlx::Decode<'a, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        self.0.try_get(column).map_err(|_| malformed(column))
+    }
+}
+
+impl RecordRow for SqlxRow<'_> {
+    fn time(&self, column: &str) -> Result<Option<UnixMillis>, StoreError> {
+        Ok(self.get::<Option<OffsetDateTime>>(column)?.map(unix_millis))
+    }
+    fn bytes(&self, column: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(column)
+    }
+    fn text(&self, column: &str) -> Result<Option<String>, StoreError> {
+        self.get(column)
+    }
+    fn int(&self, column: &str) -> Result<Option<i64>, StoreError> {
+        Ok(self.get::<Option<i32>>(column)?.map(i64::from))
+    }
+    fn uuid(&self, column: &str) -> Result<Option<Uuid>, StoreError> {
+        self.get(column)
+    }
 }
 
 /// The records of an open transaction (or any connection) of yours, in

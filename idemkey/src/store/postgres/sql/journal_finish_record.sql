@@ -6,13 +6,10 @@ UPDATE idempotency_records
 SET response_status = $4::int4,
     response_headers = $5::text,
     response_body = $6::bytea,
-    replay_until = statement_timestamp()
-        + (CASE WHEN replay_until - created_at >= interval '36525 days'
-                THEN replay_until - created_at - interval '36525 days'
-                ELSE replay_until - created_at END),
-    check_at = statement_timestamp()
-        + (CASE WHEN replay_until - created_at >= interval '36525 days'
-                THEN replay_until - created_at - interval '36525 days'
-                ELSE replay_until - created_at END)
+    (replay_until, check_at) = (
+        SELECT w.until, w.until FROM (SELECT statement_timestamp()
+            + (CASE WHEN replay_until - created_at >= interval '36525 days'
+                    THEN replay_until - created_at - interval '36525 days'
+                    ELSE replay_until - created_at END) AS until) w)
 WHERE scope = $1::text AND operation = $2::text AND key = $3::text
   AND resource_id = $7::text AND status = 'completed'
