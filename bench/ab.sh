@@ -5,6 +5,9 @@
 #   A=/path/old/idemkey-server B=/path/new/idemkey-server bench/ab.sh
 #   QUICK=1 A=... B=... bench/ab.sh          # ROUNDS=2 DUR=4 WARM=1 QUIET_MAX=6, to try it
 #   A=X B=X bench/ab.sh                      # the same binary twice: the ratios show the noise
+#   A=<idemkey-ceiling> B=... KINDS=replay STORES=postgres CONNS=64 bench/ab.sh
+#                                            # replays against the bare-handler ceiling (bench/ceiling)
+#   PERF=B A=... B=... bench/ab.sh           # and B's profile (perf, flat) during each measured run
 #
 # Cells: STORES x KINDS (postgres, sqlite) x (new: a fresh key per request, bench/wrk/orders-new.lua;
 # replay: one completed key replayed, orders-replay.lua; purchase: POST /purchases with a fresh key,
@@ -25,7 +28,9 @@
 # median and min B/A; also printed), OUT/runs.tsv (one line per run), OUT/logs/ (wrk output).
 # Knobs: A, B (required), ROUNDS (5), DUR (10), WARM (2), CONNS (16), STORES ("postgres sqlite"),
 # KINDS ("new replay"), QUICK (0), QUIET_MAX (20 s per run, then flagged NOISY), QUIET_PCT (15),
-# NICE (0; -20 = cluster, servers and wrk at high CPU priority), PGPORT (55459), PORT (38150),
+# NICE (0; -20 = cluster, servers and wrk at high CPU priority), PERF (none; A, B or AB: that side's
+# server sampled by `perf record -F 997` through each measured run, its top symbols in
+# OUT/logs/<run>.perf.txt and summed over the rounds in OUT/perf-<side>.txt), PGPORT (55459), PORT (38150),
 # OUT (bench/results/ab-<UTC stamp>/). Work files live in a mktemp dir, removed at exit with the
 # cluster and the servers.
 set -euo pipefail
@@ -35,7 +40,7 @@ ROOT=$(cd "$BENCH/.." && pwd)
 
 # The command line as given (knobs set by the caller, then the script and its arguments).
 CMDLINE=
-for v in A B QUICK ROUNDS DUR WARM CONNS STORES KINDS QUIET_MAX QUIET_PCT NICE PGPORT PORT OUT; do
+for v in A B QUICK ROUNDS DUR WARM CONNS STORES KINDS QUIET_MAX QUIET_PCT NICE PERF PGPORT PORT OUT; do
   [ -n "${!v+x}" ] && CMDLINE+="$v=$(printf %q "${!v}") "
 done
 CMDLINE+=$(printf '%q ' "$0" "$@"); CMDLINE=${CMDLINE% }
@@ -49,6 +54,9 @@ if [ "$QUICK" = 1 ]; then ROUNDS=${ROUNDS:-2}; DUR=${DUR:-4}; WARM=${WARM:-1}; Q
 else ROUNDS=${ROUNDS:-5}; DUR=${DUR:-10}; WARM=${WARM:-2}; QUIET_MAX=${QUIET_MAX:-20}; fi
 export QUIET_MAX
 CONNS=${CONNS:-16}
+PERF=${PERF:-}
+case $PERF in ''|A|B|AB) ;; *) echo "PERF is A, B or AB" >&2; exit 2;; esac
+if [ -n "$PERF" ] && ! command -v perf >/dev/null; then apt-get update -qq; apt-get install -y -qq linux-perf; fi
 STORES=${STORES:-"postgres sqlite"}
 KINDS=${KINDS:-"new replay"}
 PGPORT=${PGPORT:-55459}             # not run.sh's 55449, so both can run on the box
@@ -143,8 +151,16 @@ run_one() {
   wait_quiet || q=NOISY
   pids=$(proc_pids); t0=$(cpu_ticks "$pids")
   mon_start "$W/mon" "$pids"
-  local start; start=$(date -u +%FT%TZ)
+  local start perf_pid=''; start=$(date -u +%FT%TZ)
+  if [[ "$PERF" == *"$side"* ]]; then
+    perf record -q -F 997 -o "$W/perf.data" -p "$(cat "$W/srv-$side.pid")" >/dev/null 2>&1 & perf_pid=$!
+  fi
   run_wrk "$DUR" "$script" "$tok" "$key" "$path" >"$LOGS/$name.wrk" 2>&1 || true
+  if [ -n "$perf_pid" ]; then
+    kill -INT "$perf_pid" 2>/dev/null || true; wait "$perf_pid" 2>/dev/null || true
+    perf report -i "$W/perf.data" --no-children --sort dso,symbol --percent-limit 0.5 --stdio 2>/dev/null \
+      | grep -v '^#' | grep -v '^$' | head -60 >"$LOGS/$name.perf.txt" || true
+  fi
   mon=$(mon_stop "$W/mon"); MON_PID=
   t1=$(cpu_ticks "$pids")
   # the server's warnings and errors, but the startup one every run has (no payment provider here)
@@ -255,5 +271,21 @@ print(f"Runs: {len(rows)}, NOISY: {sum(r['quiet'] != 'quiet' for r in rows)}, st
       f"foreign CPU s per run max {max(foreign, default=0):.1f} (runs.tsv has every run).")
 PYEOF
 } >"$OUT/ab.md"
+# PERF: each side's profile, the rounds' samples summed per symbol (share of the side's samples).
+for side in A B; do
+  [[ "$PERF" == *"$side"* ]] || continue
+  cat "$LOGS"/r*-"$side".perf.txt 2>/dev/null | "$PY" -c '
+import sys, collections
+share = collections.Counter(); runs = set()
+for line in sys.stdin:
+    parts = line.split(None, 2)
+    if len(parts) == 3 and parts[0].endswith("%"):
+        share[parts[1] + " " + parts[2].strip()] += float(parts[0][:-1])
+total = sum(share.values()) or 1
+for sym, v in share.most_common(40):
+    print(f"{100 * v / total:6.2f} %  {sym}")
+' >"$OUT/perf-$side.txt"
+  { echo; echo "Profile of $side (perf record -F 997, flat, the rounds summed; top 40 symbols, share of the samples shown): OUT/perf-$side.txt"; } >>"$OUT/ab.md"
+done
 log "done in $((T_END - T_START)) s: $OUT/ab.md"
 cat "$OUT/ab.md"

@@ -215,6 +215,10 @@ pub struct Requeued {
 
 /// A batch of settlements as the columns of one statement (the SQL
 /// backends bind each as an array), in the order of the batch.
+#[allow(
+    dead_code,
+    reason = "the backends that bind arrays use it (PostgreSQL's); SQLite settles row by row"
+)]
 #[derive(Debug, Default)]
 pub(crate) struct SettleColumns<'a> {
     pub(crate) ids: Vec<i64>,
@@ -228,6 +232,10 @@ pub(crate) struct SettleColumns<'a> {
     pub(crate) sent: Vec<bool>,
 }
 
+#[allow(
+    dead_code,
+    reason = "the backends that bind arrays use it (PostgreSQL's); SQLite settles row by row"
+)]
 impl<'a> SettleColumns<'a> {
     pub(crate) fn of(outcomes: &'a [OutboxOutcome]) -> Self {
         let mut c = Self::default();

@@ -21,6 +21,8 @@ mod error;
 #[cfg(feature = "flow")]
 pub(crate) mod flow;
 mod in_transaction;
+#[cfg(feature = "flow")]
+mod journal;
 #[cfg(feature = "outbox")]
 mod outbox;
 mod pooler;

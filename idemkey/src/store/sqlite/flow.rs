@@ -14,17 +14,12 @@ use uuid::Uuid;
 use super::connection::{corrupt_in_row, sqlite_error};
 use super::db::SqliteDb;
 use crate::idempotency::StoredResponse;
-use crate::idempotency::{self, Done, Outcome, Policy, RecordKey};
 use crate::store::Backend as _;
 use crate::store::backend::BoxFuture;
-use crate::store::flow::{FlowRow, FlowState, Journal, NextMessage, STEP_EFFECT, StepRow};
-use crate::store::flow::{JournalStore, JournalWork, Recorded};
+use crate::store::flow::{FlowRow, FlowState, Journal, STEP_EFFECT, StepRow};
 use crate::store::outbox::OutboxMessage;
-use crate::store::sqlite::connection::immediate;
-use crate::store::sqlite::transaction::run_in_transaction;
 use crate::store::step::{Local, LocalFn, StepContext, StepError};
 use crate::store::{StoreError, Tables, decode_response};
-use idemkey_core::Fingerprint;
 
 const INSERT_FLOW: &str = "INSERT INTO idemkey_flows (id, scope, operation, key, flow, state, \
      position, input, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
@@ -64,6 +59,15 @@ macro_rules! asked_window {
          ELSE replay_until - created_at END)"
     };
 }
+/// A flow that ended in its first transaction: its window, stored open,
+/// counts from now.
+pub(super) const CLOSE_WINDOW: &str = concat!(
+    "UPDATE idempotency_records \
+     SET replay_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + ",
+    asked_window!(),
+    " WHERE scope = ?1 AND operation = ?2 AND key = ?3 AND resource_id = ?4 \
+       AND status = 'completed' AND replay_until - created_at >= 3155760000000"
+);
 /// The final response, replayed for the window asked, counted from now
 /// (the flow's end).
 const FINISH_RECORD: &str = concat!(
@@ -74,31 +78,6 @@ const FINISH_RECORD: &str = concat!(
     " WHERE scope = ?1 AND operation = ?2 AND key = ?3 AND resource_id = ?7 \
        AND status = 'completed'"
 );
-/// A flow that ended in its first transaction: its window, stored open,
-/// counts from now.
-const CLOSE_WINDOW: &str = concat!(
-    "UPDATE idempotency_records \
-     SET replay_until = CAST(round(unixepoch('subsec') * 1000) AS INTEGER) + ",
-    asked_window!(),
-    " WHERE scope = ?1 AND operation = ?2 AND key = ?3 AND resource_id = ?4 \
-       AND status = 'completed' AND replay_until - created_at >= 3155760000000"
-);
-const FIND: &str = "SELECT id FROM idemkey_flows WHERE scope = ?1 AND operation = ?2 AND key = ?3 \
-                    ORDER BY created_at DESC, rowid DESC LIMIT 1";
-const NEXT: &str = "SELECT status, attempts, last_error, \
-     (attempts > 0 OR downstream_key IS NOT NULL) FROM outbox \
-     WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' \
-       AND status IN ('pending', 'dead') ORDER BY id DESC LIMIT 1";
-/// The next step due now: a backoff cut short (a live claim is left
-/// alone), or a dead letter younger than ?3 ms sent back to pending with
-/// its attempts kept (so the next one looks the effect up first).
-const RESUME: &str = "UPDATE outbox SET available_at = CAST(round(unixepoch('subsec') * 1000) AS INTEGER), \
-     status = 'pending', settled_at = NULL \
-     WHERE scope = ?1 AND resource_id = ?2 AND effect = 'flow-step' \
-       AND ((status = 'pending' \
-             AND available_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER)) \
-         OR (status = 'dead' \
-             AND created_at > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) - ?3))";
 
 const TRIM: &str = "DELETE FROM idemkey_flows WHERE rowid IN (
         SELECT rowid FROM idemkey_flows
@@ -158,7 +137,7 @@ fn flow_from_row(row: &Row<'_>) -> rusqlite::Result<(FlowRow, String)> {
     ))
 }
 
-fn load(
+pub(super) fn load(
     conn: &Connection,
     tables: &Tables,
     scope: &str,
@@ -375,168 +354,6 @@ impl Journal for SqliteJournal<'_> {
                 "step {} has no SQLite function",
                 ctx.step
             ))),
-        }))
-    }
-}
-
-impl JournalStore for SqliteDb {
-    fn flow_load<'a>(
-        &'a self,
-        scope: &'a str,
-        id: Uuid,
-    ) -> BoxFuture<'a, Result<Option<FlowRow>, StoreError>> {
-        Box::pin(async move {
-            let tables = self.tables().clone();
-            let scope = scope.to_owned();
-            self.with_reader(move |conn| load(conn, &tables, &scope, id))
-                .await
-        })
-    }
-
-    fn flow_find<'a>(
-        &'a self,
-        scope: &'a str,
-        operation: &'a str,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Uuid>, StoreError>> {
-        Box::pin(async move {
-            let tables = self.tables().clone();
-            let args = (scope.to_owned(), operation.to_owned(), key.to_owned());
-            self.with_reader(move |conn| {
-                let id: Option<String> = conn
-                    .prepare_cached(&tables.render_static(FIND))
-                    .and_then(|mut stmt| {
-                        stmt.query_row(params![args.0, args.1, args.2], |r| r.get(0))
-                            .optional()
-                    })
-                    .map_err(sqlite_error)?;
-                Ok(id.and_then(|id| Uuid::try_parse(&id).ok()))
-            })
-            .await
-        })
-    }
-
-    fn flow_next<'a>(
-        &'a self,
-        scope: &'a str,
-        id: Uuid,
-    ) -> BoxFuture<'a, Result<Option<NextMessage>, StoreError>> {
-        Box::pin(async move {
-            let tables = self.tables().clone();
-            let scope = scope.to_owned();
-            self.with_reader(move |conn| {
-                conn.prepare_cached(&tables.render_static(NEXT))
-                    .and_then(|mut stmt| {
-                        stmt.query_row(params![scope, id.to_string()], |r| {
-                            Ok(NextMessage {
-                                status: r.get(0)?,
-                                attempts: r.get(1)?,
-                                last_error: r.get(2)?,
-                                maybe_sent: r.get(3)?,
-                            })
-                        })
-                        .optional()
-                    })
-                    .map_err(sqlite_error)
-            })
-            .await
-        })
-    }
-
-    fn flow_resume<'a>(
-        &'a self,
-        scope: &'a str,
-        id: Uuid,
-        revive_within: std::time::Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let tables = self.tables().clone();
-            let scope = scope.to_owned();
-            let within = crate::duration::millis(revive_within);
-            self.with_conn(move |conn| {
-                conn.prepare_cached(&tables.render_static(RESUME))
-                    .and_then(|mut stmt| stmt.execute(params![scope, id.to_string(), within]))
-                    .map(|n| n as u64)
-                    .map_err(sqlite_error)
-            })
-            .await
-            .map(drop)
-        })
-    }
-
-    /// The window of execution `id`'s record, ended in its first
-    /// transaction, counted from now.
-    fn flow_close_window<'a>(
-        &'a self,
-        scope: &'a str,
-        operation: &'a str,
-        key: &'a str,
-        id: Uuid,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let tables = self.tables().clone();
-            let args = (scope.to_owned(), operation.to_owned(), key.to_owned());
-            self.with_conn(move |conn| {
-                conn.prepare_cached(&tables.render_static(CLOSE_WINDOW))
-                    .and_then(|mut stmt| {
-                        stmt.execute(params![args.0, args.1, args.2, id.to_string()])
-                    })
-                    .map(|n| n as u64)
-                    .map_err(sqlite_error)
-            })
-            .await
-            .map(drop)
-        })
-    }
-
-    fn journal_start<'a>(
-        &'a self,
-        key: &'a RecordKey,
-        fingerprint: Fingerprint,
-        policy: Policy,
-        _lock_timeout: Option<std::time::Duration>,
-        work: Box<dyn JournalWork<Result<Done<FlowRow>, StepError>>>,
-    ) -> BoxFuture<'a, Result<Outcome<FlowRow>, idempotency::Error<StepError>>> {
-        let (key, store) = (key.clone(), self.clone());
-        Box::pin(async move {
-            self.with_conn(move |conn| {
-                Ok(run_in_transaction(
-                    &store,
-                    conn,
-                    &key,
-                    fingerprint,
-                    &policy,
-                    |tx| {
-                        let j = SqliteJournal {
-                            conn: tx.connection(),
-                            tables: tx.tables(),
-                        };
-                        pollster::block_on(work.on_local(&j))
-                    },
-                ))
-            })
-            .await?
-        })
-    }
-
-    fn journal_record(
-        &self,
-        work: Box<dyn JournalWork<Result<Recorded, StepError>>>,
-    ) -> BoxFuture<'_, Result<Result<Recorded, StepError>, StoreError>> {
-        let tables = self.tables().clone();
-        Box::pin(self.with_conn(move |conn| {
-            let tx = immediate(conn)?;
-            let j = SqliteJournal {
-                conn: &tx,
-                tables: &tables,
-            };
-            let result = pollster::block_on(work.on_local(&j));
-            if matches!(result, Ok(Recorded::Moved)) {
-                tx.commit().map_err(sqlite_error)?;
-            } else {
-                tx.rollback().map_err(sqlite_error)?;
-            }
-            Ok(result)
         }))
     }
 }

@@ -30,6 +30,8 @@ mod db;
 pub(crate) mod flow;
 mod group_commit;
 mod in_transaction;
+#[cfg(feature = "flow")]
+mod journal;
 mod migrate;
 #[cfg(feature = "outbox")]
 mod outbox;
