@@ -30,7 +30,8 @@
 # KINDS ("new replay"), QUICK (0), QUIET_MAX (20 s per run, then flagged NOISY), QUIET_PCT (15),
 # NICE (0; -20 = cluster, servers and wrk at high CPU priority), PERF (none; A, B or AB: that side's
 # server sampled by `perf record -F 997` through each measured run, its top symbols in
-# OUT/logs/<run>.perf.txt and summed over the rounds in OUT/perf-<side>.txt), PGPORT (55459), PORT (38150),
+# OUT/logs/<run>.perf.txt and summed over the rounds in OUT/perf-<side>.txt; PERF_RECORD, PERF_REPORT
+# and PERF_LINES replace perf's options and the report's length, e.g. for call graphs), PGPORT (55459), PORT (38150),
 # OUT (bench/results/ab-<UTC stamp>/). Work files live in a mktemp dir, removed at exit with the
 # cluster and the servers.
 set -euo pipefail
@@ -153,13 +154,15 @@ run_one() {
   mon_start "$W/mon" "$pids"
   local start perf_pid=''; start=$(date -u +%FT%TZ)
   if [[ "$PERF" == *"$side"* ]]; then
-    perf record -q -F 997 -o "$W/perf.data" -p "$(cat "$W/srv-$side.pid")" >/dev/null 2>&1 & perf_pid=$!
+    # shellcheck disable=SC2086 # PERF_RECORD is a list of perf's options
+    perf record -q ${PERF_RECORD:--F 997} -o "$W/perf.data" -p "$(cat "$W/srv-$side.pid")" >/dev/null 2>&1 & perf_pid=$!
   fi
   run_wrk "$DUR" "$script" "$tok" "$key" "$path" >"$LOGS/$name.wrk" 2>&1 || true
   if [ -n "$perf_pid" ]; then
     kill -INT "$perf_pid" 2>/dev/null || true; wait "$perf_pid" 2>/dev/null || true
-    perf report -i "$W/perf.data" --no-children --sort dso,symbol --percent-limit 0.5 --stdio 2>/dev/null \
-      | grep -v '^#' | grep -v '^$' | head -60 >"$LOGS/$name.perf.txt" || true
+    # shellcheck disable=SC2086 # PERF_REPORT is a list of perf's options
+    perf report -i "$W/perf.data" ${PERF_REPORT:---no-children --sort dso,symbol --percent-limit 0.5} --stdio 2>/dev/null \
+      | grep -v '^#' | grep -v '^$' | head -${PERF_LINES:-60} >"$LOGS/$name.perf.txt" || true
   fi
   mon=$(mon_stop "$W/mon"); MON_PID=
   t1=$(cpu_ticks "$pids")

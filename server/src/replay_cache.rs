@@ -23,10 +23,14 @@
 //! fixed overhead, so the entry count is bounded too); [`quick_cache`]
 //! evicts the least valuable entries past the bound.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use idemkey_core::{Stored, UnixMillis};
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use idemkey_core::{Fingerprint, Stored, UnixMillis};
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
@@ -67,8 +71,9 @@ impl ReplayCacheSettings {
     }
 }
 
-/// A completed record as read, with the clocks it was read at.
-#[derive(Clone, Debug)]
+/// A completed record as read, with the clocks it was read at; shared, so
+/// that a hit costs a reference count rather than a copy of the record.
+#[derive(Debug)]
 struct Entry {
     record: Record,
     /// The database's clock in the statement that read the record.
@@ -77,14 +82,60 @@ struct Entry {
     /// `db_now`, so `db_now + sent.elapsed()` never runs late).
     sent: Instant,
     weight: u64,
+    /// The stored response as a replay sends it, its headers parsed once.
+    replay: (StatusCode, HeaderMap, Bytes),
+    /// A request body already found to carry the record's fingerprint: the
+    /// same bytes need neither a parse nor a hash to be known the same.
+    same_body: Option<Bytes>,
 }
 
 #[derive(Clone)]
 struct EntryWeight;
 
-impl Weighter<RecordKey, Entry> for EntryWeight {
-    fn weight(&self, _: &RecordKey, entry: &Entry) -> u64 {
+impl Weighter<RecordKey, Arc<Entry>> for EntryWeight {
+    fn weight(&self, _: &RecordKey, entry: &Arc<Entry>) -> u64 {
         entry.weight
+    }
+}
+
+/// A copy the cache holds for a key, with the database's clock as
+/// estimated now.
+#[derive(Debug)]
+pub struct Hit {
+    entry: Arc<Entry>,
+    now: UnixMillis,
+}
+
+impl Hit {
+    /// The record's fingerprint when `body` is, byte for byte, a body that
+    /// was already parsed and found to carry it; `None` otherwise (parse
+    /// and fingerprint it).
+    pub fn fingerprint_of(&self, body: &[u8]) -> Option<Fingerprint> {
+        match (&self.entry.same_body, self.entry.record.stored) {
+            (Some(same), Stored::Completed { fingerprint, .. }) if same[..] == *body => {
+                Some(fingerprint)
+            }
+            _ => None,
+        }
+    }
+
+    /// The copy as the engine reads a row.
+    pub fn read(&self) -> Read {
+        Read {
+            now: self.now,
+            record: Some(self.entry.record.clone()),
+        }
+    }
+
+    /// The stored response as a replay, the same bytes as
+    /// [`StoredResponse::to_response`](idemkey::idempotency::StoredResponse::to_response)
+    /// with `replayed` set.
+    pub fn replay(&self) -> Response {
+        let (status, headers, body) = &self.entry.replay;
+        let mut response = Response::new(Body::from(body.clone()));
+        *response.status_mut() = *status;
+        *response.headers_mut() = headers.clone();
+        response
     }
 }
 
@@ -111,7 +162,7 @@ pub struct ReplayCacheStats {
 
 /// One process's replay cache; see the module documentation.
 pub struct ReplayCache {
-    records: Cache<RecordKey, Entry, EntryWeight>,
+    records: Cache<RecordKey, Arc<Entry>, EntryWeight>,
     tokens: Cache<TokenHash, TokenEntry>,
     auth_ttl: Duration,
     hits: AtomicU64,
@@ -160,14 +211,19 @@ impl ReplayCache {
     /// and still inside its window at the (early-running) estimate of the
     /// database's clock. Anything else is forgotten: the database answers.
     pub fn read(&self, key: &RecordKey) -> Option<Read> {
+        self.lookup(key).map(|hit| hit.read())
+    }
+
+    /// [`ReplayCache::read`]'s copy, shared: what the engine needs to
+    /// decide, and the replay ready to send.
+    pub fn lookup(&self, key: &RecordKey) -> Option<Hit> {
         let entry = self.records.get(key)?;
         let elapsed = u64::try_from(entry.sent.elapsed().as_millis()).unwrap_or(u64::MAX);
         let now = UnixMillis(entry.db_now.0.saturating_add(elapsed));
         match entry.record.stored {
-            Stored::Completed { replay_until, .. } if now < replay_until => Some(Read {
-                now,
-                record: Some(entry.record),
-            }),
+            Stored::Completed { replay_until, .. } if now < replay_until => {
+                Some(Hit { entry, now })
+            }
             _ => {
                 self.records.remove(key);
                 None
@@ -177,8 +233,9 @@ impl ReplayCache {
 
     /// Keeps what the database answered for `key` with `token`'s account:
     /// a completed record with a stored response, read by a statement sent
-    /// at `sent`. Anything else (in flight, tombstone, a response too large
-    /// to store) is not kept.
+    /// at `sent`, and `same_body`, a request body the database found to
+    /// carry the record's fingerprint (a replay's). Anything else (in
+    /// flight, tombstone, a response too large to store) is not kept.
     pub fn remember(
         &self,
         token: TokenHash,
@@ -186,6 +243,7 @@ impl ReplayCache {
         key: &RecordKey,
         read: &Read,
         sent: Instant,
+        same_body: Option<&Bytes>,
     ) {
         self.tokens.insert(
             token,
@@ -213,15 +271,20 @@ impl ReplayCache {
                 .sum::<u64>()
             + (key.scope.as_str().len() + key.operation.as_str().len() + key.key.as_str().len())
                 as u64
-            + record.resource_id.as_ref().map_or(0, |r| r.len() as u64);
+            + record.resource_id.as_ref().map_or(0, |r| r.len() as u64)
+            + same_body.map_or(0, |b| b.len() as u64);
+        let (parts, _) = response.to_response(true).into_parts();
+        let body = response.body.clone().unwrap_or_default();
         self.records.insert(
             key.clone(),
-            Entry {
+            Arc::new(Entry {
                 record: record.clone(),
                 db_now: read.now,
                 sent,
                 weight,
-            },
+                replay: (parts.status, parts.headers, body),
+                same_body: same_body.cloned(),
+            }),
         );
     }
 
@@ -325,6 +388,7 @@ mod tests {
             &k,
             &completed(1_000, 60_000, Some("{}")),
             Instant::now(),
+            None,
         );
         assert_eq!(cache.account(token), Some(account));
         let read = cache.read(&k).expect("kept");
@@ -352,6 +416,7 @@ mod tests {
             &k,
             &completed(990, 1_000, Some("{}")),
             sent,
+            None,
         );
         assert!(cache.read(&k).is_none());
         assert_eq!(cache.stats().entries, 0, "forgotten, not kept");
@@ -368,6 +433,7 @@ mod tests {
             &k,
             &completed(1_000, 60_000, None),
             Instant::now(),
+            None,
         );
         cache.remember(
             token,
@@ -375,6 +441,7 @@ mod tests {
             &k,
             &completed(60_000, 60_000, Some("{}")),
             Instant::now(),
+            None,
         );
         let mut in_flight = completed(1_000, 60_000, Some("{}"));
         if let Some(r) = in_flight.record.as_mut() {
@@ -383,7 +450,7 @@ mod tests {
                 lease_until: UnixMillis(2_000),
             };
         }
-        cache.remember(token, account, &k, &in_flight, Instant::now());
+        cache.remember(token, account, &k, &in_flight, Instant::now(), None);
         assert!(cache.read(&k).is_none());
         assert_eq!(cache.stats().entries, 0);
     }
@@ -404,6 +471,7 @@ mod tests {
             &k,
             &completed(1_000, 60_000, Some("{}")),
             long_ago,
+            None,
         );
         assert_eq!(cache.account(token), None);
     }
@@ -422,6 +490,7 @@ mod tests {
             &key("e"),
             &completed(1_000, 60_000, Some("{}")),
             Instant::now(),
+            None,
         );
         assert_eq!(cache.account(token), Some(account));
         assert_eq!(cache.auth_ttl, MAX_WAIT);
@@ -438,10 +507,60 @@ mod tests {
                 &key(&format!("k{i}")),
                 &completed(1_000, 60_000, Some(&body)),
                 Instant::now(),
+                None,
             );
         }
         let stats = cache.stats();
         assert!(stats.bytes <= 64 * 1024, "{stats:?}");
         assert!(stats.entries > 0 && stats.entries < 1_000, "{stats:?}");
+    }
+
+    #[test]
+    fn only_the_same_bytes_skip_the_parse_and_the_replay_is_the_stored_response() {
+        let cache = cache(1 << 20);
+        let (token, account) = (TokenHash([3; 32]), AccountId(Uuid::nil()));
+        let (with_body, without) = (key("with"), key("without"));
+        let body = Bytes::from_static(br#"{"sku":"A","quantity":1}"#);
+        let mut read = completed(1_000, 60_000, Some(r#"{"id":"x"}"#));
+        if let Some(response) = read.record.as_mut().and_then(|r| r.response.as_mut()) {
+            response
+                .headers
+                .push(("location".into(), "/orders/x".into()));
+        }
+        cache.remember(
+            token,
+            account,
+            &with_body,
+            &read,
+            Instant::now(),
+            Some(&body),
+        );
+        cache.remember(token, account, &without, &read, Instant::now(), None);
+
+        let hit = cache.lookup(&with_body).expect("kept");
+        assert_eq!(
+            hit.fingerprint_of(&body),
+            Some(Fingerprint::from_bytes([7; 32]))
+        );
+        assert_eq!(hit.fingerprint_of(br#"{"sku":"A","quantity":1} "#), None);
+        assert_eq!(hit.fingerprint_of(b""), None);
+        let none_kept = cache.lookup(&without).expect("kept");
+        assert_eq!(none_kept.fingerprint_of(&body), None);
+
+        let stored = read
+            .record
+            .as_ref()
+            .and_then(|r| r.response.as_ref())
+            .expect("a response")
+            .to_response(true);
+        let replay = hit.replay();
+        assert_eq!(replay.status(), stored.status());
+        assert_eq!(replay.headers(), stored.headers());
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+        assert_eq!(replay.headers()["location"], "/orders/x");
+        let bytes = |r: Response| {
+            pollster::block_on(axum::body::to_bytes(r.into_body(), 1 << 20)).expect("a body")
+        };
+        assert_eq!(bytes(replay), bytes(stored));
     }
 }

@@ -73,6 +73,16 @@ async fn a_cached_answer_is_the_databases(backend: Backend) {
     let reused_db = uncached.post_order(&token, &key, OTHER).await;
     assert_eq!(answer(&reused), answer(&reused_db));
 
+    // A body that does not parse is refused as it is without a copy, even
+    // for a key the cache holds.
+    let malformed = cached.post_order(&token, &key, "{\"sku\":").await;
+    assert_eq!(malformed.status, 400);
+    assert_eq!(
+        answer(&malformed),
+        answer(&uncached.post_order(&token, &key, "{\"sku\":").await)
+    );
+    assert_eq!(cache_count(&cached, "hit").await, 2, "no hit for it");
+
     assert_eq!(cache_count(&uncached, "hit").await, 0);
     assert_eq!(env.counts(), (1, 1), "nothing more was created");
 }

@@ -24,10 +24,9 @@ use super::operations::lookup_path;
 use crate::auth::bearer_hash;
 use crate::db::{
     AccountId, Order, OrderAttempt, OrderDraft, Payment, PaymentState, Refusal, StoreError,
-    TokenHash,
 };
 use crate::faults::{self, Fault};
-use crate::replay_cache::ReplayCache;
+use crate::replay_cache::{Hit, ReplayCache};
 use crate::{AppState, Settings};
 use idemkey::duration::rfc3339;
 use idemkey::idempotency::{self, Mode, Outcome, Policy, RecordKey, Source, StoredResponse};
@@ -165,13 +164,29 @@ async fn create_order(
     };
     let (token, parts, settings) = (checked.token, &checked.parts, state.settings());
     let headers = &parts.headers;
-    let order = NewOrder::from_json(&checked.body)?;
-    let fingerprint = order.fingerprint();
     let fault = faults::requested(settings, headers);
     let policy = order_policy(settings);
     let cache = state.replay_cache().filter(|_| fault.is_none());
-    if let Some(answered) =
-        cache.and_then(|cache| from_cache(cache, token, &checked.key, fingerprint, &policy))
+    let hit = cache.and_then(|cache| {
+        let account = cache.account(token)?;
+        let key = order_key(account, &checked.key);
+        Some((cache.lookup(&key)?, key))
+    });
+    // A body byte for byte the same as one the copy was already found to
+    // carry is neither parsed nor hashed again: it parsed then, to the
+    // record's fingerprint.
+    let known = hit
+        .as_ref()
+        .and_then(|(hit, _)| hit.fingerprint_of(&checked.body));
+    let (fingerprint, order) = match known {
+        Some(fingerprint) => (fingerprint, None),
+        None => {
+            let order = NewOrder::from_json(&checked.body)?;
+            (order.fingerprint(), Some(order))
+        }
+    };
+    if let (Some(cache), Some((hit, key))) = (cache, &hit)
+        && let Some(answered) = from_cache(cache, hit, key, fingerprint, &policy)
     {
         state.token_usage().note(token);
         let (label, mut response) = answered;
@@ -181,6 +196,10 @@ async fn create_order(
         });
         return Ok((label, response));
     }
+    let order = match order {
+        Some(order) => order,
+        None => NewOrder::from_json(&checked.body)?,
+    };
 
     // The time shown in the order; every decision is the database's.
     let created_at = crate::display_now();
@@ -244,18 +263,21 @@ async fn create_order(
         }
     };
     let (answer, draft, sent) = answer;
+    let outcome = answer.outcome;
     if let (Some(cache), Some((account, read))) = (cache, &answer.seen) {
-        // A replay or a 422 that the cache could have answered.
+        // A replay or a 422 that the cache could have answered; a replay's
+        // body carries the record's fingerprint.
         cache.miss();
+        let replayed = matches!(outcome, Outcome::Replayed(_));
         cache.remember(
             token,
             *account,
             &order_key(*account, &draft.key),
             read,
             sent,
+            replayed.then_some(&checked.body),
         );
     }
-    let outcome = answer.outcome;
     let label = outcome.label();
     // No line of its own: the request's one access line
     // ([`crate::telemetry`]) carries the outcome and the order.
@@ -285,28 +307,27 @@ fn order_key(account: AccountId, key: &IdempotencyKey) -> RecordKey {
     }
 }
 
-/// The answer from the replay cache, when it holds the caller's completed
-/// record: a replay, or 422 for another payload. The engine decides on the
-/// copy as on a row; whatever else it decides is the database's to answer.
+/// The answer from the replay cache's copy of the caller's completed
+/// record: a replay (its response built when the copy was kept), or 422
+/// for another payload. The engine decides on the copy as on a row;
+/// whatever else it decides is the database's to answer.
 fn from_cache(
     cache: &ReplayCache,
-    token: TokenHash,
-    key: &IdempotencyKey,
+    hit: &Hit,
+    key: &RecordKey,
     fingerprint: Fingerprint,
     policy: &Policy,
 ) -> Option<(&'static str, Response)> {
-    let key = order_key(cache.account(token)?, key);
-    let read = cache.read(&key)?;
-    let Some(answer) = idempotency::answer_for(&read, &key, fingerprint, policy, Source::Copy)
+    let Some(answer) = idempotency::answer_for(&hit.read(), key, fingerprint, policy, Source::Copy)
     else {
-        cache.forget(&key);
+        cache.forget(key);
         return None;
     };
     cache.hit();
     let outcome = Outcome::<()>::from(answer);
     let label = outcome.label();
     let response = match outcome {
-        Outcome::Replayed(response) => response.to_response(true),
+        Outcome::Replayed(_) => hit.replay(),
         Outcome::Rejected { problem, .. } => problem_response(&problem),
         Outcome::Executed { .. } => return None,
     };
