@@ -31,6 +31,8 @@
 #      without payments on both stores, this tree built a second time without them, PAYMENTS_ROUNDS
 #      alternating rounds) and bench/sqlite-trim.sh (SQLITE_TRIM=1: SQLite's trim at LARGE_ROWS / 10
 #      rows);
+#      bench/ab.sh against bench/ceiling (CEILING=1: replays of one key against a bare axum handler
+#      answering the same bytes, c64, SUB_ROUNDS alternating rounds; then the same with RUST_LOG=warn);
 #   9. bench/report.py: TSVs -> summary.md (tables, ratios) + chart.png, then the reports of 7 and 8.
 # Results: bench/results/<UTC stamp>/ (git-ignored). Stops its servers and its cluster at the end.
 #
@@ -39,7 +41,8 @@
 # BURST_N (200), BURST_REPEAT (3), PGBENCH_PLAN, EXTRAS (1), LAYER_PEER (1; its ROUNDS 5 x SECS 5 via
 # LAYER_PEER_ROUNDS, LAYER_PEER_SECS), LARGE_TABLE (1; LARGE_ROWS 20000000, 200000 with QUICK=1),
 # PARTITION_GUARD (1),
-# OUTBOX_PACE (1; PACE_MIX 60 s of mixed load), PAYMENTS (1; PAYMENTS_ROUNDS 5), SQLITE_TRIM (1), SUB_ROUNDS and SUB_DUR (3 rounds of 10 s cells in
+# OUTBOX_PACE (1; PACE_MIX 60 s of mixed load), PAYMENTS (1; PAYMENTS_ROUNDS 5), SQLITE_TRIM (1), CEILING (1;
+# CEILING_BIN: a prebuilt bench/ceiling), SUB_ROUNDS and SUB_DUR (3 rounds of 10 s cells in
 # those two), MICRO (1), QUIET_MAX (90 s per cell),
 # NICE (0; -20 = cluster, servers, wrk, pgbench at high CPU priority on a box loaded by others),
 # W (/tmp/idemkey-bench), PGPORT (55449), BASE_PORT (38100), REBUILD_LAB (0), OUT, GEN2 (1: the second
@@ -63,13 +66,13 @@ if [ "$QUICK" = 1 ]; then
   QUIET_MAX=${QUIET_MAX:-6}; EXTRAS=${EXTRAS:-0}; LAYER_PEER=${LAYER_PEER:-0}; MICRO_ARGS=(--warm-up-time 0.2 --measurement-time 0.5)
   LARGE_TABLE=${LARGE_TABLE:-0}; PARTITION_GUARD=${PARTITION_GUARD:-0}; OUTBOX_PACE=${OUTBOX_PACE:-0}; SQLITE_TRIM=${SQLITE_TRIM:-0}
   SUB_DUR=${SUB_DUR:-2}; SUB_ROUNDS=${SUB_ROUNDS:-1}; PACE_MIX=${PACE_MIX:-10}; LARGE_ROWS=${LARGE_ROWS:-200000}
-  PAYMENTS=${PAYMENTS:-0}; PAYMENTS_ROUNDS=${PAYMENTS_ROUNDS:-2}
+  PAYMENTS=${PAYMENTS:-0}; PAYMENTS_ROUNDS=${PAYMENTS_ROUNDS:-2}; CEILING=${CEILING:-0}
 else
   DUR=${DUR:-15}; WARM=${WARM:-3}; BURST_N=${BURST_N:-200}; BURST_REPEAT=${BURST_REPEAT:-3}
   QUIET_MAX=${QUIET_MAX:-90}; EXTRAS=${EXTRAS:-1}; LAYER_PEER=${LAYER_PEER:-1}; MICRO_ARGS=(--warm-up-time 1 --measurement-time 3)
   LARGE_TABLE=${LARGE_TABLE:-1}; PARTITION_GUARD=${PARTITION_GUARD:-1}; OUTBOX_PACE=${OUTBOX_PACE:-1}; SQLITE_TRIM=${SQLITE_TRIM:-1}
   SUB_DUR=${SUB_DUR:-10}; SUB_ROUNDS=${SUB_ROUNDS:-3}; PACE_MIX=${PACE_MIX:-60}; LARGE_ROWS=${LARGE_ROWS:-20000000}
-  PAYMENTS=${PAYMENTS:-1}; PAYMENTS_ROUNDS=${PAYMENTS_ROUNDS:-5}
+  PAYMENTS=${PAYMENTS:-1}; PAYMENTS_ROUNDS=${PAYMENTS_ROUNDS:-5}; CEILING=${CEILING:-1}
 fi
 export QUIET_MAX
 CONNS=${CONNS:-"16 64"}
@@ -487,13 +490,30 @@ if [ "$SQLITE_TRIM" = 1 ]; then
     || { log "sqlite-trim.sh failed:"; tail -5 "$OUT/logs/sqlite-trim.log" >&2; }
 fi
 
+if [ "$CEILING" = 1 ]; then
+  log "replays against the bare-handler ceiling (bench/ab.sh, A = bench/ceiling)"
+  if [ -z "${CEILING_BIN:-}" ]; then
+    (cd "$ROOT" && cargo build -q --release -p idemkey-ceiling)
+    CEILING_BIN=$CARGO_TARGET_DIR/release/idemkey-ceiling
+  fi
+  for logging in default warn; do
+    # shellcheck disable=SC2046 # no word at all for the default logging
+    env $([ $logging = warn ] && echo RUST_LOG=warn) A="$CEILING_BIN" B="$SERVER" \
+      KINDS=replay STORES=postgres CONNS=64 ROUNDS=$SUB_ROUNDS DUR=$SUB_DUR PGPORT=55499 PORT=38195 \
+      OUT=$OUT/ceiling-$logging QUIET_MAX=$((QUIET_MAX < 20 ? QUIET_MAX : 20)) \
+      "$BENCH/ab.sh" >"$OUT/logs/ceiling-$logging.log" 2>&1 \
+      || { log "ab.sh against the ceiling ($logging logging) failed:"; tail -5 "$OUT/logs/ceiling-$logging.log" >&2; }
+  done
+fi
+
 # ---- 9. report ---------------------------------------------------------------------------------------
 "$PY" "$BENCH/report.py" "$OUT" >"$OUT/summary.md"
 if [ -s "$OUT/layer-peer/summary.md" ]; then
   { echo; echo "## Layer and in_transaction vs axum-idempotent (bench/layer-peer.sh, new key per request)"
     echo; cat "$OUT/layer-peer/summary.md"; } >>"$OUT/summary.md"
 fi
-for part in large-table/large-table.md partition-guard/partition-guard.md sqlite-trim/sqlite-trim.md payments/payments.md; do
+for part in large-table/large-table.md partition-guard/partition-guard.md sqlite-trim/sqlite-trim.md payments/payments.md \
+  ceiling-default/ab.md ceiling-warn/ab.md; do
   if [ -s "$OUT/$part" ]; then { echo; sed 's/^# /## /' "$OUT/$part"; } >>"$OUT/summary.md"; fi
 done
 for pace in outbox-pace outbox-pace-split; do

@@ -27,6 +27,7 @@ fail() {
 . scripts/alone.sh
 cargo build -q -p idemkey-server --bin idemkey-server
 cargo build -q -p idemkey-loadgen
+cargo build -q -p idemkey-ceiling
 cargo build -q -p idemkey-testkit --bin idemkey-pg
 OUT=$(mktemp -d /tmp/idemkey-bench-smoke-out.XXXXXX)
 W=$(mktemp -d /tmp/idemkey-bench-smoke.XXXXXX)
@@ -40,6 +41,7 @@ env -u PEERDIR W="$W" OUT="$OUT" SERVER="$CARGO_TARGET_DIR/debug/idemkey-server"
     PGPORT=55461 BASE_PORT=38170 QUICK=1 DUR=1 WARM=0 CONNS=4 KINDS=replay \
     SYSTEMS="node:1 idemkey-pg:1 idemkey-pg:2" BURST_N=10 BURST_REPEAT=1 PGBENCH_PLAN="replay-select:4" \
     EXTRAS=0 LAYER_PEER=0 MICRO=0 QUIET_MAX=0 FSYNC_PROBE=0 CHART=0 \
+    CEILING=1 CEILING_BIN="$CARGO_TARGET_DIR/debug/idemkey-ceiling" SUB_ROUNDS=1 SUB_DUR=1 \
     bash "$COPY/bench/run.sh" >"$OUT/run.log" 2>&1 || { rc=$?; tail -30 "$OUT/run.log" >&2; fail "bench/run.sh exited $rc"; }
 
 summary=$OUT/summary.md
@@ -62,5 +64,13 @@ grep -q 'p99 ≤ 3× the 1-process p99 (replay, c4)' "$summary" || fail "no 2-pr
 bursts=$(awk -F'\t' 'NR > 1 && $1 == "idemkey-pg" && $2 == 2' "$OUT/bursts.tsv")
 [ -n "$bursts" ] || fail "no burst of one key over 2 processes"
 awk -F'\t' '$13 != "yes" { exit 1 }' <<<"$bursts" || fail "a burst of one key did not make exactly one order: $bursts"
+# The ceiling's part: both loggings, each an A/B table of replays with the
+# ceiling as A.
+[ "$(grep -c '^| PostgreSQL, replays |' "$summary")" = 2 ] \
+    || fail "the report does not hold the two replay rows against the ceiling"
+for logging in default warn; do
+    awk -F'\t' 'NR > 1 && $11 > 0 && $11 == $6 { ok++ } END { exit ok == 2 ? 0 : 1 }' "$OUT/ceiling-$logging/runs.tsv" \
+        || fail "ceiling ($logging logging): not every run answered only replays"
+done
 echo "65-bench-smoke.sh: bench/run.sh ran every part from a copy with nothing beside it; both generators" \
-    "measured 1 and 2 processes; the Node lab, absent, reported skipped"
+    "measured 1 and 2 processes; replays against the ceiling; the Node lab, absent, reported skipped"
