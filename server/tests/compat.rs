@@ -334,6 +334,7 @@ fn snapshot(env: &Env, with_last_use: bool) -> Vec<(&'static str, String)> {
 const AFTER_THE_SHARED_LIST: &[&str] = &[
     "orders/2",
     "orders/3",
+    "orders/4",
     "outbox/2",
     "outbox/3",
     "provider-sim/3",
