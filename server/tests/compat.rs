@@ -420,6 +420,7 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
         "orders/1",
         "orders/2",
         "orders/3",
+        "orders/4",
         "outbox/1",
         "outbox/2",
         "records/1",
@@ -428,11 +429,11 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
     ];
     match backend {
         Backend::Postgres => {
-            applied.insert(7, "records/3");
-            applied.insert(8, "records/4");
+            applied.insert(8, "records/3");
+            applied.insert(9, "records/4");
         }
         Backend::Sqlite => {
-            applied.insert(5, "outbox/3");
+            applied.insert(6, "outbox/3");
             applied.push("steps/2");
         }
     }
