@@ -4,7 +4,7 @@
 -- once, or, when none of those has enough, from several (every stripe
 -- locked in order). A product's stock is the sum of its stripes.
 CREATE TABLE product_stock (
-    sku    text NOT NULL REFERENCES products (sku),
+    sku    text NOT NULL REFERENCES products (sku) ON DELETE CASCADE,
     stripe smallint NOT NULL CHECK (stripe BETWEEN 0 AND 31),
     stock  integer NOT NULL CHECK (stock >= 0),
     PRIMARY KEY (sku, stripe)

@@ -3,7 +3,7 @@
 -- every write is serial anyway, and a purchase takes from any stripe with
 -- enough). A product's stock is the sum of its stripes.
 CREATE TABLE product_stock (
-    sku    TEXT NOT NULL REFERENCES products (sku),
+    sku    TEXT NOT NULL REFERENCES products (sku) ON DELETE CASCADE,
     stripe INTEGER NOT NULL CHECK (stripe BETWEEN 0 AND 31),
     stock  INTEGER NOT NULL CHECK (stock >= 0),
     PRIMARY KEY (sku, stripe)
