@@ -108,9 +108,9 @@ async function logLines(page) {
   return (await page.locator("#log li").allInnerTexts()).reverse();
 }
 
-/** Sets a product's stock in the server's database (committed). */
+/** Sets a product's stock in the server's database (committed), all of it in its first stripe. */
 function setStock(sku, stock) {
-  const script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=10); c.execute('UPDATE products SET stock = ? WHERE sku = ?', (int(sys.argv[2]), sys.argv[3])); c.commit()";
+  const script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=10); c.execute('UPDATE product_stock SET stock = CASE WHEN stripe = 0 THEN ? ELSE 0 END WHERE sku = ?', (int(sys.argv[2]), sys.argv[3])); c.commit()";
   execFileSync("python3", ["-c", script, server.dbUrl.slice("sqlite://".length), String(stock), sku]);
 }
 

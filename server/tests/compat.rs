@@ -334,6 +334,7 @@ fn snapshot(env: &Env, with_last_use: bool) -> Vec<(&'static str, String)> {
 const AFTER_THE_SHARED_LIST: &[&str] = &[
     "orders/2",
     "orders/3",
+    "orders/4",
     "outbox/2",
     "outbox/3",
     "provider-sim/3",
@@ -419,6 +420,7 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
         "orders/1",
         "orders/2",
         "orders/3",
+        "orders/4",
         "outbox/1",
         "outbox/2",
         "records/1",
@@ -427,11 +429,11 @@ async fn a_database_of_the_shared_list_opens(backend: Backend) {
     ];
     match backend {
         Backend::Postgres => {
-            applied.insert(7, "records/3");
-            applied.insert(8, "records/4");
+            applied.insert(8, "records/3");
+            applied.insert(9, "records/4");
         }
         Backend::Sqlite => {
-            applied.insert(5, "outbox/3");
+            applied.insert(6, "outbox/3");
             applied.push("steps/2");
         }
     }

@@ -207,7 +207,7 @@ async fn migrations_run_through_pgbouncer_once_from_two_processes() {
             "SELECT string_agg(component || '/' || version, ',' ORDER BY component, version) \
              FROM idemkey_migrations"
         ),
-        "orders/1,orders/2,orders/3,outbox/1,outbox/2,records/1,records/2,records/3,records/4,steps/1"
+        "orders/1,orders/2,orders/3,orders/4,outbox/1,outbox/2,records/1,records/2,records/3,records/4,steps/1"
     );
     // No session is left holding a lock (a session-level advisory lock
     // would stay on a server connection after its client went away).

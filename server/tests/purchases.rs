@@ -87,10 +87,25 @@ fn step_key(account: &str, key: &str, flow: &str, step: &str, action: StepAction
     .to_string()
 }
 
+/// A product's stock: the sum of its stripes.
 fn stock(env: &Env, sku: &str) -> i64 {
-    env.sql(&format!("SELECT stock FROM products WHERE sku = '{sku}'"))
-        .parse()
-        .expect("stock")
+    env.sql(&format!(
+        "SELECT sum(stock) FROM product_stock WHERE sku = '{sku}'"
+    ))
+    .parse()
+    .expect("stock")
+}
+
+/// Sets a product's stock to `total`, spread over its 32 stripes as
+/// evenly as it goes (the first `total % 32` hold one more).
+fn set_stock(env: &Env, sku: &str, total: i64) {
+    env.sql(&format!(
+        "UPDATE product_stock SET stock = {} + CASE WHEN stripe < {} THEN 1 ELSE 0 END \
+         WHERE sku = '{sku}'",
+        total / 32,
+        total % 32
+    ));
+    assert_eq!(stock(env, sku), total);
 }
 
 /// Polls `GET /purchases/{id}` until it ended; its document.
@@ -344,13 +359,66 @@ async fn a_retry_resumes_a_purchase_a_worker_process_finishes() {
     }
 }
 
+/// Concurrent purchases of one product whose stock is split over stripes
+/// that each hold less than most purchases want: every unit is sold once
+/// (never oversold), and every purchase the stripes' sum could serve is
+/// served (never refused for a stripe that was short or locked).
+#[tokio::test]
+async fn concurrent_purchases_of_one_sku_take_its_stock_exactly_across_stripes() {
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let env = Env::new(backend);
+        let token = env.account("shop");
+        let server = env.serve(&["--purchase-wait", "0s"]);
+        // 61 units: 29 stripes of 2 and 3 of 1. Purchases of 2 take the
+        // full stripes one each; the last one the ones of 1 can serve
+        // takes from two stripes.
+        set_stock(&env, "LAMPARA-9", 61);
+        let client = reqwest::Client::new();
+        let mut purchases = tokio::task::JoinSet::new();
+        for _ in 0..40 {
+            let request = client
+                .post(format!("{}/purchases", server.base))
+                .header("authorization", format!("Bearer {token}"))
+                .header("idempotency-key", new_key())
+                .header("content-type", "application/json")
+                .body(r#"{"sku":"LAMPARA-9","quantity":2}"#);
+            purchases.spawn(async move { request.send().await.expect("send").status().as_u16() });
+        }
+        let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
+        while let Some(status) = purchases.join_next().await {
+            *statuses.entry(status.expect("a purchase")).or_default() += 1;
+        }
+        assert_eq!(
+            statuses,
+            [(202, 30), (409, 10)].into(),
+            "{backend:?}: 30 purchases of 2 fit in 61"
+        );
+        assert_eq!(stock(&env, "LAMPARA-9"), 1, "{backend:?}");
+        let reserved: i64 = env
+            .sql("SELECT sum(quantity) FROM reservations WHERE sku = 'LAMPARA-9'")
+            .parse()
+            .expect("a sum");
+        assert_eq!(reserved, 60, "{backend:?}");
+        // The last unit is still sold, from whichever stripe holds it.
+        let last = post(
+            &server,
+            &token,
+            &new_key(),
+            r#"{"sku":"LAMPARA-9","quantity":1}"#,
+        )
+        .await;
+        assert_eq!(last.status, 202, "{backend:?}: {}", last.body);
+        assert_eq!(stock(&env, "LAMPARA-9"), 0, "{backend:?}");
+    }
+}
+
 #[tokio::test]
 async fn out_of_stock_ends_at_once_409_with_nothing_queued() {
     for backend in [Backend::Postgres, Backend::Sqlite] {
         let env = Env::new(backend);
         let token = env.account("shop");
         let server = env.serve(&[]);
-        env.sql("UPDATE products SET stock = 1 WHERE sku = 'CAFE-1KG'");
+        set_stock(&env, "CAFE-1KG", 1);
         let reply = post(
             &server,
             &token,

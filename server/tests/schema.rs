@@ -30,6 +30,10 @@ const REFERENCE_TABLES: &[(&str, &str)] = &[
         "products",
         "the catalogue: every order of every account reads its prices",
     ),
+    (
+        "product_stock",
+        "a product's stock in stripes: every account's purchases take from it",
+    ),
 ];
 
 /// `table -> columns` of the schema's tables.

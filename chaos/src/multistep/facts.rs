@@ -172,7 +172,10 @@ pub async fn stock(url: &str) -> Result<BTreeMap<String, i64>, String> {
 
 async fn read_stock(client: &Pg) -> Result<BTreeMap<String, i64>, String> {
     Ok(client
-        .query("SELECT sku, stock::int8 FROM products", &[])
+        .query(
+            "SELECT sku, sum(stock)::int8 FROM product_stock GROUP BY sku",
+            &[],
+        )
         .await
         .map_err(query_err)?
         .iter()

@@ -105,7 +105,12 @@ pub fn run(size: Size, seed: u64, dir: &Path) -> Result<Report, String> {
     pg.psql(
         "chaos",
         &format!(
-            "UPDATE products SET stock = {scarce} WHERE sku = '{}'",
+            // Spread over the product's 32 stripes: most purchases find one
+            // stripe with enough, the last ones take from several.
+            "UPDATE product_stock SET stock = {} + CASE WHEN stripe < {} THEN 1 ELSE 0 END \
+             WHERE sku = '{}'",
+            scarce / 32,
+            scarce % 32,
             load::SCARCE_SKU
         ),
     )

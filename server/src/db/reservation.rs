@@ -16,3 +16,12 @@ pub(crate) fn reservation_of(ctx: &StepContext) -> Result<Reservation, StepError
     serde_json::from_value(ctx.input.clone())
         .map_err(|err| StepError::Retry(format!("the purchase's input: {err}")))
 }
+
+/// How many stripes a product's stock is split over (orders/4).
+pub(crate) const STRIPES: u8 = 32;
+
+/// The purchase's own stripe: where its reservation looks first and gives
+/// back to. Spread by the purchase's random id.
+pub(crate) fn stripe_of(flow_id: uuid::Uuid) -> u8 {
+    flow_id.as_bytes()[15] % STRIPES
+}

@@ -24,18 +24,20 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://idemkey.db";
 /// The order service's migrations (one component, `orders`): its tables in
 /// their current shape. A database made by an earlier version already has
 /// them (adopted; see [`legacy`]).
-pub(crate) fn migrations(backend: &str) -> [Migration; 3] {
-    let (sql, purchases, charge_message) = if backend == "postgres" {
+pub(crate) fn migrations(backend: &str) -> [Migration; 4] {
+    let (sql, purchases, charge_message, stripes) = if backend == "postgres" {
         (
             include_str!("postgres/migrations/orders_0001.sql"),
             include_str!("postgres/migrations/orders_0002.sql"),
             include_str!("postgres/migrations/orders_0003.sql"),
+            include_str!("postgres/migrations/orders_0004.sql"),
         )
     } else {
         (
             include_str!("sqlite/migrations/orders_0001.sql"),
             include_str!("sqlite/migrations/orders_0002.sql"),
             include_str!("sqlite/migrations/orders_0003.sql"),
+            include_str!("sqlite/migrations/orders_0004.sql"),
         )
     };
     [
@@ -71,6 +73,13 @@ pub(crate) fn migrations(backend: &str) -> [Migration; 3] {
             version: 3,
             name: "charge message",
             sql: charge_message,
+            adopt: None,
+        },
+        Migration {
+            component: "orders",
+            version: 4,
+            name: "stock stripes",
+            sql: stripes,
             adopt: None,
         },
     ]

@@ -12,7 +12,7 @@ use crate::store::backend::BoxFuture;
 use crate::store::flow::{FlowRow, NextMessage};
 use crate::store::flow::{JournalStore, JournalWork, Recorded};
 use crate::store::sqlite::connection::immediate;
-use crate::store::sqlite::transaction::run_in_transaction;
+use crate::store::sqlite::transaction::run_in_savepoint;
 use crate::store::step::StepError;
 use idemkey_core::Fingerprint;
 use rusqlite::{OptionalExtension, params};
@@ -154,11 +154,15 @@ impl JournalStore for SqliteDb {
         work: Box<dyn JournalWork<Result<Done<FlowRow>, StepError>>>,
     ) -> BoxFuture<'a, Result<Outcome<FlowRow>, idempotency::Error<StepError>>> {
         let (key, store) = (key.clone(), self.clone());
+        // Group-committed, as a new order is: its savepoint is kept only
+        // when the first steps ran and the key's answer is stored, and the
+        // caller is answered once the batch's one commit (one fsync) is
+        // durable; the writer runs one transaction at a time either way.
         Box::pin(async move {
-            self.with_conn(move |conn| {
-                Ok(run_in_transaction(
+            self.group_commit(move |tx| {
+                Ok(run_in_savepoint(
                     &store,
-                    conn,
+                    tx,
                     &key,
                     fingerprint,
                     &policy,
