@@ -28,7 +28,8 @@
 # confirmations are counted: every sequence must have made one of each.
 #
 # Output (OUT): purchase-latency.md (p50, p90, p99, max of each cell, purchase/floor for p50 and
-# p99; the goal is both within 1.5x), samples.tsv (every sample: round, cell, index, ms, outcome,
+# p99; the goal is both within 1.5x; then where the time goes, medians of each leg read from the
+# three processes' request logs), samples.tsv (every sample: round, cell, index, ms, outcome,
 # first answer's status, polls), logs/. Exits 1 if a purchase did not complete, a floor step did
 # not answer 201, or the simulator's counts differ.
 #
@@ -104,6 +105,7 @@ HEALTH_PATH=healthz start_proc floor "$FLOOR_PORT" env -u IDEMKEY_PAYMENTS_TOKEN
 # One wait for a quiet box (lib.sh's wait_quiet, QUIET_MAX s at most) before the rounds: a cell run on
 # a busy box says so in the report.
 QUIET=quiet; wait_quiet || QUIET=NOISY
+[ "${QUIET_MAX:-}" = 0 ] && QUIET="not checked (QUIET_MAX=0)"
 log "$ROUNDS rounds of $N purchases and $N floor sequences (warm-up $WARMUP each), box $QUIET at the start"
 SAMPLES=$OUT/samples.tsv
 "$PY" - "$PORT" "$FLOOR_PORT" "$SIM_PORT" "$(cat "$W/token-purchase")" "$(cat "$W/token-floor")" "$SECRET" \
@@ -190,9 +192,10 @@ EXPECTED=$(( 2 * (N * ROUNDS + WARMUP) ))
 log "simulator: $CHARGES charges, $CONFIRMATIONS confirmations (expected $EXPECTED each)"
 for p in provider purchase floor; do cp "$W/srv-$p.log" "$OUT/logs/$p.log"; done
 "$PY" - "$SAMPLES" "$OUT/purchase-latency.md" "$STORE" "$N" "$ROUNDS" "${PURCHASE_WAIT:-server default}" "$POLL_MS" \
-  "$CHARGES" "$CONFIRMATIONS" "$EXPECTED" "$QUIET" "$(uptime | sed 's/.*load average: //')" <<'PYEOF'
-import csv, math, sys
-samples, md, store, n, rounds, wait, poll_ms, charges, confirmations, expected, quiet, load = sys.argv[1:]
+  "$CHARGES" "$CONFIRMATIONS" "$EXPECTED" "$QUIET" "$(uptime | sed 's/.*load average: //')" "$OUT/logs" <<'PYEOF'
+import csv, math, re, statistics, sys
+from datetime import datetime
+samples, md, store, n, rounds, wait, poll_ms, charges, confirmations, expected, quiet, load, logs = sys.argv[1:]
 rows = list(csv.DictReader(open(samples), delimiter='\t'))
 def pct(xs, p):  # nearest rank
     xs = sorted(xs)
@@ -210,6 +213,42 @@ first_final = sum(r['first_status'] != '202' for r in p)
 polls = sum(int(r['polls']) for r in p)
 if int(charges) != int(expected) or int(confirmations) != int(expected):
     bad.append(f'simulator: {charges} charges, {confirmations} confirmations, expected {expected} each')
+# Where the time goes: the request logs' lines (end time, latency_ms), the simulator's calls matched
+# to the POST /purchases they fall inside, and to the floor's order they follow.
+def events(path, routes):
+    out = []
+    try:
+        lines = open(path)
+    except OSError:
+        return out
+    for line in lines:
+        m = re.match(r'(\S+)Z .*method=\w+ route="([^"]+)" status=\d+ latency_ms=([0-9.]+)', line)
+        if m and m.group(2) in routes:
+            end = datetime.fromisoformat(m.group(1)).timestamp() * 1000
+            out.append((end - float(m.group(3)), end, m.group(2)))
+    return sorted(out)
+calls = events(f'{logs}/provider.log', {'/charges', '/confirmations'})
+parts = {k: [] for k in ('first transaction, worker woken, claim: until the charge arrives', 'charge at the simulator',
+                         'charge recorded, next claim: until the confirmation arrives', 'confirmation at the simulator',
+                         'confirmation recorded, the end seen: until the answer', 'POST /purchases in all')}
+fl = {k: [] for k in ('POST /orders at the server', 'until the charge arrives', 'charge at the simulator',
+                      'until the confirmation arrives', 'confirmation at the simulator', '')}
+for s0, e0, _ in events(f'{logs}/purchase.log', {'/purchases'}):
+    c = [x for x in calls if s0 <= x[0] <= e0]
+    if len(c) == 2 and c[0][2] == '/charges':
+        (cs, ce, _), (fs, fe, _) = c
+        for k, x in zip(parts, (cs - s0, ce - cs, fs - ce, fe - fs, e0 - fe, e0 - s0)):
+            parts[k].append(x)
+for s0, e0, _ in events(f'{logs}/floor.log', {'/orders'}):
+    c = [x for x in calls if e0 <= x[0] <= e0 + 1000][:2]
+    if len(c) == 2 and c[0][2] == '/charges':
+        (cs, ce, _), (fs, fe, _) = c
+        for k, x in zip(fl, (e0 - s0, cs - e0, ce - cs, fs - ce, fe - fs, fe - s0)):
+            fl[k].append(x)
+if fl['']:
+    fl['order sent to confirmation answered'] = fl.pop('')
+if not parts['POST /purchases in all'] or not fl.get('order sent to confirmation answered'):
+    parts = {}
 r50 = stats['purchase'][50] / stats['floor'][50]
 r99 = stats['purchase'][99] / stats['floor'][99]
 verdict = lambda r: 'met' if r <= 1.5 else 'NOT met'
@@ -229,6 +268,13 @@ with open(md, 'w') as f:
     f.write(f'Purchases final in their first answer: {first_final} of {len(p)} ({polls} polls in all). '
             f'Simulator: {charges} charges and {confirmations} confirmations (expected {expected} each, warm-up '
             'included). Every sample: samples.tsv.\n')
+    if parts:
+        f.write('\nWhere the time goes, from the three processes\' request logs (each request\'s end and '
+                '`latency_ms`; medians over the sequences whose calls were matched, warm-up included; a '
+                'purchase\'s calls are the two inside its POST, which this reads only when the POST answered '
+                'final):\n\n| purchase | p50 ms | floor | p50 ms |\n|---|---:|---|---:|\n')
+        for (a, xs), (b, ys) in zip(parts.items(), fl.items()):
+            f.write(f'| {a} | {statistics.median(xs):.2f} | {b} | {statistics.median(ys):.2f} |\n')
     if bad:
         f.write('\nFAILED: ' + '; '.join(bad) + '\n')
 for b in bad:
