@@ -71,7 +71,7 @@ if [ -z "${SERVER:-}" ]; then
   (cd "$ROOT" && cargo build -q --release -p idemkey-server --bin idemkey-server --features provider-sim)
   SERVER=$CARGO_TARGET_DIR/release/idemkey-server
 fi
-cp "$SERVER" "$W/idemkey-server"; BIN=$W/idemkey-server
+BIN=$SERVER
 
 # ---- the stores, the accounts ---------------------------------------------------------------------
 if [ "$STORE" = postgres ]; then
