@@ -24,7 +24,8 @@
 #     order's amount and currency and a confirmation text like the purchase's.
 # Each sequence is timed with time.perf_counter_ns from its first send to its last answer. Rounds
 # alternate the two cells (the first cell of a round alternates too) so drift cancels; a few
-# unrecorded sequences of each warm the connections first. At the end the simulator's charges and
+# unrecorded sequences of each warm the connections first, and each block starts with one more on
+# fresh connections. At the end the simulator's charges and
 # confirmations are counted: every sequence must have made one of each.
 #
 # Output (OUT): purchase-latency.md (p50, p90, p99, max of each cell, purchase/floor for p50 and
@@ -176,6 +177,11 @@ with open(samples, 'w') as out:
     for r in range(1, rounds + 1):
         order = ('purchase', 'floor') if r % 2 else ('floor', 'purchase')
         for cell in order:
+            # A server closes a connection idle for seconds (the other cell's block): reconnect and
+            # send one unrecorded sequence of this cell first, so no sample pays a connect.
+            for c in conns.values():
+                c.close()
+            cells[cell]()
             for i in range(n):
                 ns, outcome, first, polls = cells[cell]()
                 out.write(f'{r}\t{cell}\t{i}\t{ns / 1e6:.3f}\t{outcome}\t{first}\t{polls}\n')
@@ -188,7 +194,7 @@ count_effect() {
   curl -s -H "Authorization: Bearer $SECRET" "$SIM_URL/$1" | "$PY" -c "import json,sys; print(len(json.load(sys.stdin)['$1']))"
 }
 CHARGES=$(count_effect charges); CONFIRMATIONS=$(count_effect confirmations)
-EXPECTED=$(( 2 * (N * ROUNDS + WARMUP) ))
+EXPECTED=$(( 2 * (N * ROUNDS + WARMUP + ROUNDS) ))   # each cell's block starts with one unrecorded sequence
 log "simulator: $CHARGES charges, $CONFIRMATIONS confirmations (expected $EXPECTED each)"
 for p in provider purchase floor; do cp "$W/srv-$p.log" "$OUT/logs/$p.log"; done
 "$PY" - "$SAMPLES" "$OUT/purchase-latency.md" "$STORE" "$N" "$ROUNDS" "${PURCHASE_WAIT:-server default}" "$POLL_MS" \
