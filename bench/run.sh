@@ -29,8 +29,10 @@
 #      provider, PACE_MIX s of mixed load; twice: on the shared cores, and with the provider on a
 #      core of its own, SPLIT=1), bench/payments.sh (PAYMENTS=1: new orders with and
 #      without payments on both stores, this tree built a second time without them, PAYMENTS_ROUNDS
-#      alternating rounds) and bench/sqlite-trim.sh (SQLITE_TRIM=1: SQLite's trim at LARGE_ROWS / 10
-#      rows);
+#      alternating rounds), bench/purchase-latency.sh (PURCHASE_LATENCY=1: PURCHASE_LATENCY_N
+#      sequential purchases end to end against their floor, an order, a charge and a confirmation
+#      sent directly, SUB_ROUNDS alternating rounds, SQLite) and bench/sqlite-trim.sh (SQLITE_TRIM=1:
+#      SQLite's trim at LARGE_ROWS / 10 rows);
 #      bench/ab.sh against bench/ceiling (CEILING=1: replays of one key against a bare axum handler
 #      answering the same bytes, c64, SUB_ROUNDS alternating rounds; then the same with RUST_LOG=warn);
 #   9. bench/report.py: TSVs -> summary.md (tables, ratios) + chart.png, then the reports of 7 and 8.
@@ -41,7 +43,8 @@
 # BURST_N (200), BURST_REPEAT (3), PGBENCH_PLAN, EXTRAS (1), LAYER_PEER (1; its ROUNDS 5 x SECS 5 via
 # LAYER_PEER_ROUNDS, LAYER_PEER_SECS), LARGE_TABLE (1; LARGE_ROWS 20000000, 200000 with QUICK=1),
 # PARTITION_GUARD (1),
-# OUTBOX_PACE (1; PACE_MIX 60 s of mixed load), PAYMENTS (1; PAYMENTS_ROUNDS 5), SQLITE_TRIM (1), CEILING (1;
+# OUTBOX_PACE (1; PACE_MIX 60 s of mixed load), PAYMENTS (1; PAYMENTS_ROUNDS 5), PURCHASE_LATENCY (1;
+# PURCHASE_LATENCY_N 300, 30 with QUICK=1), SQLITE_TRIM (1), CEILING (1;
 # CEILING_BIN: a prebuilt bench/ceiling), SUB_ROUNDS and SUB_DUR (3 rounds of 10 s cells in
 # those two), MICRO (1), QUIET_MAX (90 s per cell),
 # NICE (0; -20 = cluster, servers, wrk, pgbench at high CPU priority on a box loaded by others),
@@ -67,12 +70,14 @@ if [ "$QUICK" = 1 ]; then
   LARGE_TABLE=${LARGE_TABLE:-0}; PARTITION_GUARD=${PARTITION_GUARD:-0}; OUTBOX_PACE=${OUTBOX_PACE:-0}; SQLITE_TRIM=${SQLITE_TRIM:-0}
   SUB_DUR=${SUB_DUR:-2}; SUB_ROUNDS=${SUB_ROUNDS:-1}; PACE_MIX=${PACE_MIX:-10}; LARGE_ROWS=${LARGE_ROWS:-200000}
   PAYMENTS=${PAYMENTS:-0}; PAYMENTS_ROUNDS=${PAYMENTS_ROUNDS:-2}; CEILING=${CEILING:-0}
+  PURCHASE_LATENCY=${PURCHASE_LATENCY:-0}; PURCHASE_LATENCY_N=${PURCHASE_LATENCY_N:-30}
 else
   DUR=${DUR:-15}; WARM=${WARM:-3}; BURST_N=${BURST_N:-200}; BURST_REPEAT=${BURST_REPEAT:-3}
   QUIET_MAX=${QUIET_MAX:-90}; EXTRAS=${EXTRAS:-1}; LAYER_PEER=${LAYER_PEER:-1}; MICRO_ARGS=(--warm-up-time 1 --measurement-time 3)
   LARGE_TABLE=${LARGE_TABLE:-1}; PARTITION_GUARD=${PARTITION_GUARD:-1}; OUTBOX_PACE=${OUTBOX_PACE:-1}; SQLITE_TRIM=${SQLITE_TRIM:-1}
   SUB_DUR=${SUB_DUR:-10}; SUB_ROUNDS=${SUB_ROUNDS:-3}; PACE_MIX=${PACE_MIX:-60}; LARGE_ROWS=${LARGE_ROWS:-20000000}
   PAYMENTS=${PAYMENTS:-1}; PAYMENTS_ROUNDS=${PAYMENTS_ROUNDS:-5}; CEILING=${CEILING:-1}
+  PURCHASE_LATENCY=${PURCHASE_LATENCY:-1}; PURCHASE_LATENCY_N=${PURCHASE_LATENCY_N:-300}
 fi
 export QUIET_MAX
 CONNS=${CONNS:-"16 64"}
@@ -483,6 +488,14 @@ if [ "$PAYMENTS" = 1 ]; then
     "$BENCH/payments.sh" >"$OUT/logs/payments.log" 2>&1 \
     || { log "payments.sh failed:"; tail -5 "$OUT/logs/payments.log" >&2; }
 fi
+if [ "$PURCHASE_LATENCY" = 1 ]; then
+  log "a purchase end to end against its floor (bench/purchase-latency.sh)"
+  # The release server run.sh built (or SERVER): it carries the provider simulator (provider-sim).
+  SERVER=$SERVER N=$PURCHASE_LATENCY_N ROUNDS=$SUB_ROUNDS PORT=38200 PGPORT=55509 OUT=$OUT/purchase-latency \
+    QUIET_MAX=$((QUIET_MAX < 20 ? QUIET_MAX : 20)) \
+    "$BENCH/purchase-latency.sh" >"$OUT/logs/purchase-latency.log" 2>&1 \
+    || { log "purchase-latency.sh failed:"; tail -5 "$OUT/logs/purchase-latency.log" >&2; }
+fi
 if [ "$SQLITE_TRIM" = 1 ]; then
   log "SQLite's trim at size (bench/sqlite-trim.sh)"
   ROWS=$((LARGE_ROWS / 10)) BACKLOG=$((LARGE_ROWS / 100)) SERVER=$SERVER OUT=$OUT/sqlite-trim \
@@ -513,6 +526,7 @@ if [ -s "$OUT/layer-peer/summary.md" ]; then
     echo; cat "$OUT/layer-peer/summary.md"; } >>"$OUT/summary.md"
 fi
 for part in large-table/large-table.md partition-guard/partition-guard.md sqlite-trim/sqlite-trim.md payments/payments.md \
+  purchase-latency/purchase-latency.md \
   ceiling-default/ab.md ceiling-warn/ab.md; do
   if [ -s "$OUT/$part" ]; then { echo; sed 's/^# /## /' "$OUT/$part"; } >>"$OUT/summary.md"; fi
 done

@@ -4,9 +4,12 @@
 # PostgreSQL with 1 and 2 processes, replays at 4 connections, each cell
 # measured by wrk and by bench/loadgen, one pgbench cell, a burst of one key
 # over the two processes, the report. Checks that every part ran, that the
-# burst made exactly one order, and that the report holds both generators'
-# rows: the figures of a debug build on a busy box mean nothing, the command
-# working does. (The real run: docs/performance.md, "The command".)
+# burst made exactly one order, that the report holds both generators'
+# rows, and that a few purchases measured end to end against their floor
+# (bench/purchase-latency.sh, hence the server built with the provider
+# simulator) all completed and every floor's steps answered 201: the
+# figures of a debug build on a busy box mean nothing, the command working
+# does. (The real run: docs/performance.md, "The command".)
 #
 # It runs from a copy of the repository with nothing beside it
 # (scripts/alone.sh), as a user's fresh clone: a path that leaves the
@@ -25,7 +28,7 @@ fail() {
 
 # shellcheck source=scripts/alone.sh
 . scripts/alone.sh
-cargo build -q -p idemkey-server --bin idemkey-server
+cargo build -q -p idemkey-server --bin idemkey-server --features provider-sim
 cargo build -q -p idemkey-loadgen
 cargo build -q -p idemkey-ceiling
 cargo build -q -p idemkey-testkit --bin idemkey-pg
@@ -42,6 +45,7 @@ env -u PEERDIR W="$W" OUT="$OUT" SERVER="$CARGO_TARGET_DIR/debug/idemkey-server"
     SYSTEMS="node:1 idemkey-pg:1 idemkey-pg:2" BURST_N=10 BURST_REPEAT=1 PGBENCH_PLAN="replay-select:4" \
     EXTRAS=0 LAYER_PEER=0 MICRO=0 QUIET_MAX=0 FSYNC_PROBE=0 CHART=0 \
     CEILING=1 CEILING_BIN="$CARGO_TARGET_DIR/debug/idemkey-ceiling" SUB_ROUNDS=1 SUB_DUR=1 \
+    PURCHASE_LATENCY=1 PURCHASE_LATENCY_N=10 \
     bash "$COPY/bench/run.sh" >"$OUT/run.log" 2>&1 || { rc=$?; tail -30 "$OUT/run.log" >&2; fail "bench/run.sh exited $rc"; }
 
 summary=$OUT/summary.md
@@ -72,5 +76,14 @@ for logging in default warn; do
     awk -F'\t' 'NR > 1 && $11 > 0 && $11 == $6 { ok++ } END { exit ok == 2 ? 0 : 1 }' "$OUT/ceiling-$logging/runs.tsv" \
         || fail "ceiling ($logging logging): not every run answered only replays"
 done
+# A purchase end to end against its floor: 10 of each, every purchase
+# completed, every floor's order, charge and confirmation answered 201.
+lat=$OUT/purchase-latency/samples.tsv
+[ -s "$lat" ] || fail "bench/purchase-latency.sh left no samples (see its log in $OUT/logs)"
+awk -F'\t' 'NR > 1 && $2 == "purchase" && $5 == "completed" { p++ } NR > 1 && $2 == "floor" && $5 == "ok" { f++ }
+    NR > 1 { n++ } END { exit (p == 10 && f == 10 && n == 20) ? 0 : 1 }' "$lat" \
+    || fail "purchase latency: not 10 completed purchases and 10 floors whose steps all answered 201: $(cut -f2,5 "$lat" | sort | uniq -c | tr '\n' ' ')"
+grep -q '^## A purchase end to end against its floor' "$summary" || fail "no purchase latency section in the report"
 echo "65-bench-smoke.sh: bench/run.sh ran every part from a copy with nothing beside it; both generators" \
-    "measured 1 and 2 processes; replays against the ceiling; the Node lab, absent, reported skipped"
+    "measured 1 and 2 processes; replays against the ceiling; purchases against their floor; the Node lab," \
+    "absent, reported skipped"
